@@ -1,0 +1,10 @@
+"""The Celery app, configured from Django settings (CELERY_ namespace) with JSON serializers."""
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("herald")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

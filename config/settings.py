@@ -1,0 +1,150 @@
+"""Herald settings: everything comes from the environment (SPEC §1); every value has a local default.
+
+This is the one place that reads the environment; the rest of the code reads `django.conf.settings`.
+"""
+from pathlib import Path
+
+import dj_database_url
+
+from config.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = env_str("SECRET_KEY", "herald-dev-secret-key-change-me-in-production-0123456789")
+DEBUG = env_bool("DEBUG", True)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "webhooks",
+    "intake",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so that it wraps exactly the view: see intake/idempotency/middleware.py.
+    "intake.idempotency.middleware.IdempotencyMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", "postgres://127.0.0.1:5432/herald"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["intake.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["intake.permissions.HasCredential"],
+    "DEFAULT_PARSER_CLASSES": ["intake.parsers.CheckedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "intake.problems.problem_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")}},
+}
+
+# --- Herald (SPEC §1) -----------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+IDEMPOTENCY_RETENTION_SECONDS = env_int("IDEMPOTENCY_RETENTION_SECONDS", 86400)
+IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_float("IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 30)
+IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
+
+WEBHOOK_RETRY_SCHEDULE = env_str("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")
+WEBHOOK_RETRY_JITTER = env_float("WEBHOOK_RETRY_JITTER", 0.2)
+WEBHOOK_TIMEOUT_SECONDS = env_float("WEBHOOK_TIMEOUT_SECONDS", 15)
+WEBHOOK_DISPATCH_INTERVAL_SECONDS = env_float("WEBHOOK_DISPATCH_INTERVAL_SECONDS", 5)
+WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
+WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
+
+INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
+# Django's own cap must not undercut ours; the intake answers 413 itself.
+DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
+
+# --- Celery (read by config/celery.py with the CELERY_ namespace) ---------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_DEFAULT_QUEUE = env_str("HERALD_QUEUE", "herald")
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+# A broker outage must not hang intake: fail the publish fast, the dispatcher re-enqueues later.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+
+# --- Delivery internals (not in SPEC §1; defaults derived from it) ---------------------------
+# A claimed delivery belongs to its worker this long; past it, a crashed worker's delivery is free.
+WEBHOOK_LEASE_SECONDS = env_float("WEBHOOK_LEASE_SECONDS", WEBHOOK_TIMEOUT_SECONDS + 15)
+# A published task not started within this long is presumed lost (flush, restart) and re-published.
+WEBHOOK_REDISPATCH_AFTER_SECONDS = env_float("WEBHOOK_REDISPATCH_AFTER_SECONDS", 30)
+WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
+IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
+HERALD_VERSION = "0.1.0"
+
+# Durability: a task is acknowledged only after it ran, re-queued if its worker dies, and a
+# worker holds one message at a time, so a crash strands at most one delivery (and the lease
+# plus the dispatcher recover that one anyway).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 10
+CELERY_TASK_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 20
+# Redis re-delivers an unacknowledged message after this; it must outlast the longest task (and
+# so the lease) or a slow delivery would be handed to a second worker while still running.
+CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = int(max(300, 4 * CELERY_TASK_TIME_LIMIT))
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "dispatch-due-deliveries": {"task": "webhooks.dispatch_due", "schedule": WEBHOOK_DISPATCH_INTERVAL_SECONDS},
+    "prune-idempotency-keys": {"task": "intake.prune_idempotency_keys", "schedule": 3600.0},
+    "disable-failing-endpoints": {"task": "webhooks.disable_failing_endpoints", "schedule": 300.0},
+}

@@ -1,0 +1,8 @@
+"""Top-level URLs: the REST API under /api/v1/ and the admin."""
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("intake.urls")),
+]

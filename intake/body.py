@@ -1,0 +1,55 @@
+"""Checks of a write request's body before any view runs: size (413), media type (415), JSON (400)."""
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+
+
+@dataclass(frozen=True)
+class BodyProblem(Exception):
+    status_code: int
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class JsonBody:
+    raw: bytes
+    value: Any  # None when the body is empty
+    is_json: bool
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json_body(request: HttpRequest) -> JsonBody:
+    """Return the body parsed as JSON, or raise BodyProblem; an empty body is allowed (action POSTs)."""
+    limit = settings.INTAKE_MAX_BODY_BYTES
+    too_large = BodyProblem(413, "payload_too_large", f"The request body exceeds {limit} bytes.")
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise BodyProblem(400, "validation_error", "The Content-Length header is not a number.") from None
+    if declared > limit:
+        raise too_large
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise too_large from None
+    if len(raw) > limit:
+        raise too_large
+    if not raw:
+        return JsonBody(raw=b"", value=None, is_json=False)
+    media_type = request.content_type.lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise BodyProblem(415, "unsupported_media_type",
+                          f"Send JSON with Content-Type: application/json, not {media_type or 'nothing'}.")
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BodyProblem(400, "validation_error", f"The request body is not valid JSON: {exc}.") from None
+    return JsonBody(raw=raw, value=value, is_json=True)

@@ -1,0 +1,52 @@
+"""Intake records: API credentials and the idempotency keys scoped to them."""
+from django.db import models
+
+from webhooks.models import Tenant
+
+
+class ApiCredential(models.Model):
+    """A bearer token of a tenant; only its SHA-256 is stored, the token is shown once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credentials")
+    name = models.CharField(max_length=200, blank=True, default="")
+    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.name}: {self.token_prefix}…"
+
+
+class IdempotencyKey(models.Model):
+    """One `Idempotency-Key` of one credential: its lock while running, its response once done."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    STATUSES = [(IN_PROGRESS, "in progress"), (COMPLETED, "completed")]
+
+    credential = models.ForeignKey(ApiCredential, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=2000)
+    status = models.CharField(max_length=16, choices=STATUSES)
+    # Fencing token: a request that lost its lock to a takeover cannot complete the key.
+    lock_token = models.UUIDField()
+    locked_at = models.DateTimeField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(null=True, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["credential", "key"], name="idempotency_credential_key")]
+        indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_at")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"

@@ -1,0 +1,113 @@
+"""RFC 9457 problem+json errors with the stable `code`s of SPEC §5."""
+import json
+
+from django.http import HttpResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler, set_rollback
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://herald.dev/problems/"
+
+TITLES = {
+    "not_authenticated": "Authentication required",
+    "not_found": "Not found",
+    "validation_error": "Invalid request",
+    "payload_too_large": "Payload too large",
+    "unsupported_media_type": "Unsupported media type",
+    "method_not_allowed": "Method not allowed",
+    "idempotency_key_missing": "Idempotency-Key header missing",
+    "idempotency_key_invalid": "Idempotency-Key header invalid",
+    "idempotency_key_reused": "Idempotency-Key reused with another request",
+    "idempotency_key_in_progress": "A request with this Idempotency-Key is in progress",
+    "throttled": "Too many requests",
+    "permission_denied": "Permission denied",
+    "server_error": "Internal server error",
+}
+
+
+def problem_body(*, status_code: int, code: str, detail: str, errors: dict | None = None) -> dict:
+    body = {
+        "type": PROBLEM_TYPE_BASE + code.replace("_", "-"),
+        "title": TITLES.get(code, code.replace("_", " ").capitalize()),
+        "status": status_code,
+        "detail": detail,
+        "code": code,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return body
+
+
+def problem_response(*, status_code: int, code: str, detail: str, headers: dict | None = None) -> HttpResponse:
+    """A plain Django problem response, for answers given before any DRF view runs."""
+    response = HttpResponse(
+        json.dumps(problem_body(status_code=status_code, code=code, detail=detail), separators=(",", ":")),
+        status=status_code,
+        content_type=PROBLEM_CONTENT_TYPE,
+    )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _code_for(exc: exceptions.APIException) -> str:
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        return "not_authenticated"
+    if isinstance(exc, exceptions.NotFound):
+        return "not_found"
+    if isinstance(exc, (exceptions.ValidationError, exceptions.ParseError)):
+        return "validation_error"
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return "unsupported_media_type"
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return "method_not_allowed"
+    if isinstance(exc, exceptions.Throttled):
+        return "throttled"
+    if isinstance(exc, exceptions.PermissionDenied):
+        return "permission_denied"
+    return getattr(exc, "default_code", "error")
+
+
+def _field_errors(detail) -> dict:
+    if isinstance(detail, dict):
+        return {key: _field_errors(value) if isinstance(value, dict) else [str(v) for v in _as_list(value)]
+                for key, value in detail.items()}
+    return {"non_field_errors": [str(v) for v in _as_list(detail)]}
+
+
+def _as_list(value) -> list:
+    if isinstance(value, list):
+        out = []
+        for item in value:
+            out.extend(_as_list(item) if isinstance(item, list) else [item])
+        return out
+    return [value]
+
+
+def problem_exception_handler(exc, context):
+    """DRF exception handler: every error becomes problem+json with a stable `code`."""
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    code = _code_for(exc) if isinstance(exc, exceptions.APIException) else "not_found"
+    if isinstance(exc, exceptions.ValidationError):
+        detail, errors = "The request body did not validate.", _field_errors(exc.detail)
+    else:
+        raw = getattr(exc, "detail", None) or str(exc)
+        detail, errors = str(raw), None
+    set_rollback()
+    problem = Response(
+        problem_body(status_code=response.status_code, code=code, detail=detail, errors=errors),
+        status=response.status_code,
+        headers={k: v for k, v in response.items() if k.lower() in {"www-authenticate", "retry-after", "allow"}},
+        content_type=PROBLEM_CONTENT_TYPE,
+    )
+    return problem
+
+
+class NotFound(exceptions.NotFound):
+    """Another tenant's object, or none at all: always 404, never 403 (SPEC §2)."""
+
+    default_detail = "No such object."
+

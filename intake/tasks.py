@@ -1,0 +1,17 @@
+"""Celery tasks of the intake side."""
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from intake.idempotency.prune import keys_prune_expired
+
+logger = logging.getLogger("herald.idempotency")
+
+
+@shared_task(name="intake.prune_idempotency_keys", ignore_result=True)
+def prune_idempotency_keys() -> int:
+    """Beat, hourly: delete idempotency keys past their retention, 5,000 at a time."""
+    deleted, batches = keys_prune_expired(batch_size=settings.IDEMPOTENCY_PRUNE_BATCH)
+    logger.info("pruned idempotency keys", extra={"deleted": deleted, "batches": batches})
+    return deleted

@@ -1,0 +1,13 @@
+"""URLs of the REST API, mounted at /api/v1/."""
+from django.urls import path
+
+from intake import views
+
+urlpatterns = [
+    path("endpoints", views.EndpointListCreateView.as_view(), name="endpoint-list"),
+    path("endpoints/<str:endpoint_id>", views.EndpointDetailView.as_view(), name="endpoint-detail"),
+    path("endpoints/<str:endpoint_id>/rotate-secret", views.EndpointRotateSecretView.as_view(),
+         name="endpoint-rotate-secret"),
+    path("events", views.EventListCreateView.as_view(), name="event-list"),
+    path("events/<str:event_id>", views.EventDetailView.as_view(), name="event-detail"),
+]

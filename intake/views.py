@@ -1,0 +1,114 @@
+"""REST API views: parse with an input serializer, call one service or selector, render the output.
+
+Idempotency, authentication of writes and body checks happen before these run
+(intake/idempotency/middleware.py); every object is looked up within the caller's tenant.
+"""
+from django.urls import reverse
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from intake import serializers as io
+from intake.pagination import paginate
+from intake.problems import NotFound
+from webhooks import selectors
+from webhooks.services import endpoints as endpoint_services
+from webhooks.services import events as event_services
+
+
+class TenantAPIView(APIView):
+    """Base view: `self.tenant` is the tenant of the authenticated credential."""
+
+    @property
+    def tenant(self):
+        return self.request.auth.tenant
+
+    @staticmethod
+    def found(obj):
+        if obj is None:
+            raise NotFound()
+        return obj
+
+    def page(self, queryset, serializer_class):
+        rows, next_cursor = paginate(queryset, query_params=self.request.query_params)
+        return Response({"data": serializer_class(rows, many=True).data, "next_cursor": next_cursor})
+
+
+def _validated(serializer_class, data, **kwargs) -> dict:
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _refused_url(exc: endpoint_services.EndpointUrlRefused) -> serializers.ValidationError:
+    return serializers.ValidationError({"url": [str(exc)]})
+
+
+class EndpointListCreateView(TenantAPIView):
+    """GET: the tenant's endpoints. POST: create one, answered with its signing secret."""
+
+    def get(self, request):
+        return self.page(selectors.endpoint_list(tenant=self.tenant), io.EndpointOutput)
+
+    def post(self, request):
+        data = _validated(io.EndpointCreateInput, request.data)
+        try:
+            endpoint = endpoint_services.endpoint_create(tenant=self.tenant, **data)
+        except endpoint_services.EndpointUrlRefused as exc:
+            raise _refused_url(exc) from None
+        return Response(io.EndpointOutput(endpoint).data, status=status.HTTP_201_CREATED,
+                        headers={"Location": reverse("endpoint-detail", args=[endpoint.id])})
+
+
+class EndpointDetailView(TenantAPIView):
+    """GET, PATCH or DELETE one endpoint; DELETE cancels its pending deliveries."""
+
+    def get(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        return Response(io.EndpointOutput(endpoint).data)
+
+    def patch(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        data = _validated(io.EndpointUpdateInput, request.data, partial=True)
+        try:
+            endpoint = endpoint_services.endpoint_update(endpoint=endpoint, **data)
+        except endpoint_services.EndpointUrlRefused as exc:
+            raise _refused_url(exc) from None
+        return Response(io.EndpointOutput(endpoint).data)
+
+    def delete(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        endpoint_services.endpoint_delete(endpoint=endpoint)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class EndpointRotateSecretView(TenantAPIView):
+    """POST: issue a new secret; the previous one keeps signing for 24 h."""
+
+    def post(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        endpoint = endpoint_services.endpoint_rotate_secret(endpoint=endpoint)
+        return Response(io.EndpointOutput(endpoint).data)
+
+
+class EventListCreateView(TenantAPIView):
+    """GET: events with their delivery statuses (`?type=`). POST: record an event and fan it out."""
+
+    def get(self, request):
+        events = selectors.event_list(tenant=self.tenant, event_type=request.query_params.get("type"))
+        return self.page(events, io.EventOutput)
+
+    def post(self, request):
+        data = _validated(io.EventCreateInput, request.data)
+        event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
+                                            channels=data["channels"])
+        return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": reverse("event-detail", args=[event.id])})
+
+
+class EventDetailView(TenantAPIView):
+    """GET one event with its current delivery statuses."""
+
+    def get(self, request, event_id):
+        event = self.found(selectors.event_get(tenant=self.tenant, event_id=event_id))
+        return Response(io.EventOutput(event).data)

@@ -1,0 +1,88 @@
+"""Shared fixtures: credentials, an API client, and a look into the real Redis queue."""
+import base64
+import json
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client
+
+from intake.credentials import credential_create
+
+
+@pytest.fixture
+def broker():
+    """The real Redis broker: purge the test queue first, then read what was published to it."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    client.delete(queue)
+
+    class Broker:
+        redis = client
+
+        @staticmethod
+        def published() -> list[tuple[str, list]]:
+            """(task name, args) of every message waiting in the queue, oldest first."""
+            out = []
+            for raw in reversed(client.lrange(queue, 0, -1)):
+                message = json.loads(raw)
+                args = json.loads(base64.b64decode(message["body"]))[0]
+                out.append((message["headers"]["task"], args))
+            return out
+
+        @classmethod
+        def delivery_ids(cls) -> list[str]:
+            return [args[0] for task, args in cls.published() if task == "webhooks.deliver"]
+
+    yield Broker
+    client.delete(queue)
+
+
+class Api:
+    """A Django test client speaking to /api/v1/ with one credential."""
+
+    def __init__(self, token: str, credential):
+        self.token = token
+        self.credential = credential
+        self.tenant = credential.tenant
+        self.client = Client(raise_request_exception=False)
+
+    def _headers(self, key, extra):
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        headers.update(extra or {})
+        return headers
+
+    def get(self, path, **params):
+        return self.client.get(f"/api/v1/{path}", params, headers=self._headers(None, None))
+
+    def post(self, path, body=None, *, key="auto", raw=None, content_type="application/json", headers=None):
+        key = f"key-{uuid.uuid4()}" if key == "auto" else key
+        data = raw if raw is not None else (json.dumps(body) if body is not None else "")
+        return self.client.post(f"/api/v1/{path}", data, content_type=content_type,
+                                headers=self._headers(key, headers))
+
+    def patch(self, path, body, *, key="auto"):
+        key = f"key-{uuid.uuid4()}" if key == "auto" else key
+        return self.client.patch(f"/api/v1/{path}", json.dumps(body), content_type="application/json",
+                                 headers=self._headers(key, None))
+
+    def delete(self, path):
+        return self.client.delete(f"/api/v1/{path}", headers=self._headers(None, None))
+
+
+def make_api(tenant_name: str) -> Api:
+    credential, token = credential_create(tenant_name=tenant_name)
+    return Api(token, credential)
+
+
+@pytest.fixture
+def api(db):
+    return make_api("acme")
+
+
+@pytest.fixture
+def other_api(db):
+    return make_api("globex")

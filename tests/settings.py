@@ -1,0 +1,18 @@
+"""Test settings: the project's settings with a private Celery queue and Redis database.
+
+Values go through the environment, so worker and server subprocesses started by tests inherit them.
+"""
+import os
+
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("HERALD_QUEUE", f"herald-test-{os.getpid()}")
+os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")  # receivers in tests live on 127.0.0.1
+os.environ.setdefault("WEBHOOK_RETRY_SCHEDULE", "1,1,1")
+os.environ.setdefault("WEBHOOK_RETRY_JITTER", "0")
+os.environ.setdefault("WEBHOOK_TIMEOUT_SECONDS", "2")
+os.environ.setdefault("WEBHOOK_LEASE_SECONDS", "4")
+os.environ.setdefault("WEBHOOK_DISPATCH_INTERVAL_SECONDS", "0.5")
+os.environ.setdefault("WEBHOOK_REDISPATCH_AFTER_SECONDS", "2")
+os.environ.setdefault("DEBUG", "false")
+
+from config.settings import *  # noqa: E402,F403

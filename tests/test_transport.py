@@ -1,0 +1,308 @@
+"""Tests for one HTTP delivery attempt, against real HTTP receivers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+import pytest
+
+from webhooks.transport import AttemptResult, check_url_host, is_public_address, send
+
+TIMEOUT = 0.5
+BODY = b'{"type":"test.ping","timestamp":"2026-11-29T23:41:22.000000Z","data":{}}'
+HEADERS = {"content-type": "application/json", "webhook-id": "msg_test"}
+
+
+@dataclass
+class Call:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    client_port: int
+
+
+Reply = tuple[int, dict[str, str], bytes]
+
+
+@dataclass
+class Receiver:
+    url: str
+    port: int
+    calls: list[Call] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+def _start_receiver(respond: Callable[[Call, Receiver], Reply]) -> tuple[Receiver, http.server.HTTPServer]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, so connection re-use is observable
+        disable_nagle_algorithm = True
+        timeout = 5  # an idle kept-alive connection does not pin a thread for long
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            call = Call(
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=self.rfile.read(length),
+                client_port=self.client_address[1],
+            )
+            receiver.calls.append(call)
+            status, headers, body = respond(call, receiver)
+            head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Length: {len(body)}"]
+            head += [f"{k}: {v}" for k, v in headers.items()]
+            # Headers and body in one write.
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # the client hanging up on a slow handler is expected
+
+    server = Server(("127.0.0.1", 0), Handler)
+    port = server.server_address[1]
+    receiver = Receiver(url=f"http://127.0.0.1:{port}/hook", port=port)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return receiver, server
+
+
+@pytest.fixture
+def make_receiver() -> Iterator[Callable[[Callable[[Call, Receiver], Reply]], Receiver]]:
+    started: list[tuple[Receiver, http.server.HTTPServer]] = []
+
+    def factory(respond: Callable[[Call, Receiver], Reply]) -> Receiver:
+        started.append(_start_receiver(respond))
+        return started[-1][0]
+
+    yield factory
+    for receiver, server in started:
+        receiver.release.set()  # unblock any sleeping handler
+        server.shutdown()
+        server.server_close()
+
+
+def reply(status: int = 200, body: bytes = b"", **headers: str) -> Callable[[Call, Receiver], Reply]:
+    return lambda call, receiver: (status, {k.replace("_", "-"): v for k, v in headers.items()}, body)
+
+
+def deliver(url: str, *, allow_private_networks: bool = True, timeout: float = TIMEOUT) -> AttemptResult:
+    return send(
+        url=url,
+        body=BODY,
+        headers=HEADERS,
+        timeout=timeout,
+        allow_private_networks=allow_private_networks,
+    )
+
+
+def test_200_is_ok_with_body_excerpt(make_receiver):
+    receiver = make_receiver(reply(200, b"thanks"))
+    result = deliver(receiver.url)
+    assert result.ok
+    assert (result.status, result.body, result.error, result.retry_after) == (200, "thanks", "", None)
+    assert 0 <= result.duration_ms < 2000
+    [call] = receiver.calls
+    assert call.body == BODY
+    assert call.path == "/hook"
+    assert call.headers["webhook-id"] == "msg_test"
+    assert call.headers["content-type"] == "application/json"
+
+
+def test_500_is_not_ok(make_receiver):
+    receiver = make_receiver(reply(500, b"boom"))
+    result = deliver(receiver.url)
+    assert not result.ok
+    assert (result.status, result.body, result.error) == (500, "boom", "")
+
+
+def test_large_body_only_first_4096_bytes_recorded(make_receiver):
+    receiver = make_receiver(reply(200, b"x" * 100_000))
+    result = deliver(receiver.url)
+    assert result.ok
+    assert result.body == "x" * 4096
+
+
+def test_invalid_utf8_body_is_replaced_not_raised(make_receiver):
+    receiver = make_receiver(reply(200, b"ok \xff\xfe"))
+    assert deliver(receiver.url).body == "ok \ufffd\ufffd"
+
+
+def test_redirect_is_not_followed(make_receiver):
+    target = make_receiver(reply(200, b"should not be reached"))
+    receiver = make_receiver(reply(302, b"", Location=target.url))
+    result = deliver(receiver.url)
+    assert not result.ok
+    assert result.status == 302
+    assert result.error == "redirect_not_followed"
+    assert len(receiver.calls) == 1
+    assert target.calls == []
+
+
+def test_slow_receiver_times_out_after_timeout(make_receiver):
+    def slow(call: Call, receiver: Receiver) -> Reply:
+        receiver.release.wait(10)  # released by the fixture's teardown
+        return 200, {}, b"too late"
+
+    receiver = make_receiver(slow)
+    result = deliver(receiver.url)
+    assert not result.ok
+    assert result.status is None
+    assert "timeout" in result.error
+    assert TIMEOUT * 1000 * 0.9 <= result.duration_ms < TIMEOUT * 1000 + 500
+    assert len(receiver.calls) == 1
+
+
+def test_drip_feeding_receiver_is_cut_off_by_the_whole_attempt_deadline():
+    # Every read gets data well within the read timeout, yet the attempt must end on time.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.wait(0.1):
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        result = deliver(f"http://127.0.0.1:{port}/hook", timeout=0.5)
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(2)
+    assert result.status == 200
+    assert not result.ok
+    assert result.error.startswith("timeout")
+    assert result.duration_ms < 1000
+
+
+def test_connection_refused():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = deliver(f"http://127.0.0.1:{port}/hook")
+    assert not result.ok
+    assert result.status is None
+    assert result.error.startswith("connection_error")
+    assert "refused" in result.error.lower()
+
+
+def test_loopback_is_blocked_unless_private_networks_allowed(make_receiver):
+    receiver = make_receiver(reply(200, b"ok"))
+    result = deliver(receiver.url, allow_private_networks=False)
+    assert not result.ok
+    assert result.status is None
+    assert result.error.startswith("blocked_address")
+    assert "127.0.0.1" in result.error
+    assert receiver.calls == []
+
+
+def test_hostname_resolving_to_loopback_is_blocked_at_connect_time(make_receiver):
+    receiver = make_receiver(reply(200, b"ok"))
+    result = deliver(f"http://localhost:{receiver.port}/hook", allow_private_networks=False)
+    assert result.status is None
+    assert result.error.startswith("blocked_address")
+    assert receiver.calls == []
+
+
+def test_loopback_is_delivered_when_private_networks_allowed(make_receiver):
+    receiver = make_receiver(reply(204))
+    result = deliver(receiver.url, allow_private_networks=True)
+    assert result.ok
+    assert result.status == 204
+    assert len(receiver.calls) == 1
+
+
+def test_connection_is_reused_between_sends(make_receiver):
+    receiver = make_receiver(reply(200, b"ok"))
+    assert deliver(receiver.url).ok
+    assert deliver(receiver.url).ok
+    assert deliver(receiver.url).ok
+    ports = {call.client_port for call in receiver.calls}
+    assert len(receiver.calls) == 3
+    assert len(ports) == 1
+
+
+def test_truncated_response_does_not_poison_the_next_request(make_receiver):
+    receiver = make_receiver(reply(200, b"y" * 50_000))
+    first = deliver(receiver.url)
+    second = deliver(receiver.url)
+    assert first.ok and second.ok
+    assert second.body == "y" * 4096
+    assert len(receiver.calls) == 2
+
+
+def test_retry_after_is_captured(make_receiver):
+    receiver = make_receiver(reply(503, b"busy", Retry_After="120"))
+    result = deliver(receiver.url)
+    assert not result.ok
+    assert result.status == 503
+    assert result.retry_after == "120"
+
+
+def test_invalid_url_is_a_result_not_an_exception():
+    result = deliver("not a url")
+    assert result.status is None
+    assert result.error
+
+
+@pytest.mark.parametrize(
+    "ip",
+    ["127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+     "0.0.0.0", "224.0.0.1", "240.0.0.1", "255.255.255.255", "::1", "::", "fe80::1",
+     "fc00::1", "fd12:3456::1", "fec0::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:8.8.8.8",
+     "2002:7f00:1::", "64:ff9b::7f00:1", "[::1]", "not-an-ip"],
+)
+def test_is_public_address_refuses_non_global(ip):
+    assert not is_public_address(ip)
+
+
+@pytest.mark.parametrize("ip", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "[2001:4860:4860::8888]"])
+def test_is_public_address_accepts_global_unicast(ip):
+    assert is_public_address(ip)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/",
+        "http://localhost/",
+        "http://10.0.0.1/",
+        "http://100.64.0.1/",
+        "http://[::1]:8080/",
+        "http://2130706433/",  # 127.0.0.1 in decimal; resolved without any lookup
+        "ftp://example.com/",
+        "https:///nohost",
+        "http://example.com:99999/",
+    ],
+)
+def test_check_url_host_rejects(url):
+    with pytest.raises(ValueError):
+        check_url_host(url)
+
+
+def test_check_url_host_error_is_clear():
+    with pytest.raises(ValueError, match="non-public address 127.0.0.1"):
+        check_url_host("http://127.0.0.1/")
+    with pytest.raises(ValueError, match="scheme must be http or https"):
+        check_url_host("ftp://example.com/")
+
+
+@pytest.mark.parametrize("url", ["http://93.184.216.34/", "https://93.184.216.34:8443/hook", "https://[2606:4700:4700::1111]/"])
+def test_check_url_host_accepts_global_literals(url):
+    check_url_host(url)  # literals: no lookup, no traffic

@@ -1,0 +1,7 @@
+"""App config for the delivery side: tenants, endpoints, events, deliveries."""
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "webhooks"
+    default_auto_field = "django.db.models.BigAutoField"

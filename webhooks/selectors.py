@@ -1,0 +1,44 @@
+"""Selectors of the delivery side: functions that read, always scoped to one tenant."""
+from django.db.models import Prefetch, QuerySet
+
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, Tenant
+
+
+def endpoint_list(*, tenant: Tenant) -> QuerySet[Endpoint]:
+    return Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True).prefetch_related(
+        Prefetch("secrets", queryset=EndpointSecret.objects.order_by("-created_at", "-id")))
+
+
+def endpoint_get(*, tenant: Tenant, endpoint_id: str) -> Endpoint | None:
+    return endpoint_list(tenant=tenant).filter(pk=endpoint_id).first()
+
+
+def event_list(*, tenant: Tenant, event_type: str | None = None) -> QuerySet[Event]:
+    events = Event.objects.filter(tenant=tenant).defer("payload").prefetch_related(
+        Prefetch("deliveries", queryset=Delivery.objects.only("id", "event_id", "endpoint_id", "status")
+                 .order_by("id")))
+    if event_type:
+        events = events.filter(type=event_type)
+    return events
+
+
+def event_get(*, tenant: Tenant, event_id: str) -> Event | None:
+    return event_list(tenant=tenant).filter(pk=event_id).first()
+
+
+def delivery_list(*, tenant: Tenant, status: str | None = None, endpoint_id: str | None = None,
+                  event_id: str | None = None) -> QuerySet[Delivery]:
+    deliveries = Delivery.objects.filter(tenant=tenant)
+    if status:
+        deliveries = deliveries.filter(status=status)
+    if endpoint_id:
+        deliveries = deliveries.filter(endpoint_id=endpoint_id)
+    if event_id:
+        deliveries = deliveries.filter(event_id=event_id)
+    return deliveries
+
+
+def delivery_get(*, tenant: Tenant, delivery_id: str) -> Delivery | None:
+    return (Delivery.objects.filter(tenant=tenant, pk=delivery_id)
+            .prefetch_related(Prefetch("attempts", queryset=DeliveryAttempt.objects.order_by("number")))
+            .first())

@@ -1,0 +1,1 @@
+"""Services of the delivery side: functions that write (HackSoft style)."""

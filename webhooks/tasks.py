@@ -1,0 +1,22 @@
+"""Celery tasks: thin APIs that take ids, and call services."""
+from celery import shared_task
+
+from webhooks.services import delivery as delivery_service
+
+
+@shared_task(name="webhooks.deliver", ignore_result=True)
+def deliver(delivery_id: str) -> None:
+    """Send one attempt of a delivery if it is due and free (claimed with a lease)."""
+    delivery_service.delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="webhooks.dispatch_due", ignore_result=True)
+def dispatch_due() -> int:
+    """Beat: publish every due delivery whose task is not waiting; this is what recovers lost tasks."""
+    return len(delivery_service.deliveries_dispatch_due())
+
+
+@shared_task(name="webhooks.disable_failing_endpoints", ignore_result=True)
+def disable_failing_endpoints() -> int:
+    """Beat: disable endpoints failing continuously past WEBHOOK_DISABLE_AFTER_SECONDS."""
+    return delivery_service.endpoints_disable_failing()
