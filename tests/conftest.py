@@ -86,3 +86,23 @@ def api(db):
 @pytest.fixture
 def other_api(db):
     return make_api("globex")
+
+
+def subprocess_env(**extra) -> dict:
+    """Environment for a Herald process started by a test: same settings, the test database."""
+    import os
+
+    from django.db import connection
+
+    params = connection.settings_dict
+    user = params.get("USER") or ""
+    auth = f"{user}@" if user else ""
+    env = dict(os.environ)
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{auth}{params.get('HOST') or '127.0.0.1'}:{params.get('PORT') or 5432}/"
+                        f"{params['NAME']}",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update({key: str(value) for key, value in extra.items()})
+    return env

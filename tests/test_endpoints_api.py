@@ -1,0 +1,117 @@
+"""Endpoint CRUD, secrets and rotation, URL checks and tenant isolation through the REST API."""
+import base64
+
+import pytest
+from standardwebhooks import Webhook
+
+from webhooks.models import Delivery, Endpoint, EndpointSecret
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _create(api, **body):
+    body.setdefault("url", "https://hooks.example.com/herald")
+    response = api.post("endpoints", body)
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_create_returns_a_standard_webhooks_secret_and_location(api):
+    response = api.post("endpoints", {"url": "https://hooks.example.com/x", "event_types": ["invoice.*"],
+                                      "channels": ["eu"], "description": "billing"})
+    assert response.status_code == 201
+    endpoint = response.json()
+    assert endpoint["id"].startswith("ep_")
+    assert response["Location"] == f"/api/v1/endpoints/{endpoint['id']}"
+    assert endpoint["event_types"] == ["invoice.*"] and endpoint["channels"] == ["eu"]
+    assert endpoint["enabled"] is True
+    secret = endpoint["secret"]
+    assert secret.startswith("whsec_")
+    assert 24 <= len(base64.b64decode(secret.removeprefix("whsec_"))) <= 64
+    Webhook(secret)  # the reference library accepts it
+
+
+def test_list_get_patch_and_delete(api):
+    a = _create(api, url="https://a.example.com/")
+    b = _create(api, url="https://b.example.com/")
+    listed = api.get("endpoints").json()
+    assert [e["id"] for e in listed["data"]] == [b["id"], a["id"]]  # newest first
+    assert listed["next_cursor"] is None
+    assert api.get(f"endpoints/{a['id']}").json()["secret"] == a["secret"]
+
+    patched = api.patch(f"endpoints/{a['id']}", {"enabled": False, "event_types": ["customer.created"]})
+    assert patched.status_code == 200
+    assert patched.json()["enabled"] is False and patched.json()["event_types"] == ["customer.created"]
+
+    assert api.delete(f"endpoints/{a['id']}").status_code == 204
+    assert api.get(f"endpoints/{a['id']}").status_code == 404
+    assert [e["id"] for e in api.get("endpoints").json()["data"]] == [b["id"]]
+
+
+def test_list_is_cursor_paginated(api):
+    ids = [_create(api, url=f"https://{n}.example.com/")["id"] for n in range(5)]
+    page1 = api.get("endpoints", limit=2).json()
+    page2 = api.get("endpoints", limit=2, cursor=page1["next_cursor"]).json()
+    page3 = api.get("endpoints", limit=2, cursor=page2["next_cursor"]).json()
+    seen = [e["id"] for page in (page1, page2, page3) for e in page["data"]]
+    assert seen == list(reversed(ids))
+    assert page3["next_cursor"] is None
+    assert api.get("endpoints", limit=101).status_code == 400
+
+
+def test_delete_cancels_pending_deliveries(api):
+    endpoint = _create(api)
+    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    delivery_id = event["deliveries"][0]["id"]
+    assert api.delete(f"endpoints/{endpoint['id']}").status_code == 204
+    assert Delivery.objects.get(pk=delivery_id).status == Delivery.CANCELLED
+
+
+def test_rotate_secret_keeps_the_old_one_signing_for_a_day(api):
+    endpoint = _create(api)
+    rotated = api.post(f"endpoints/{endpoint['id']}/rotate-secret")
+    assert rotated.status_code == 200
+    new_secret = rotated.json()["secret"]
+    assert new_secret.startswith("whsec_") and new_secret != endpoint["secret"]
+    assert api.get(f"endpoints/{endpoint['id']}").json()["secret"] == new_secret
+    old = EndpointSecret.objects.get(secret=endpoint["secret"])
+    new = EndpointSecret.objects.get(secret=new_secret)
+    assert new.expires_at is None
+    assert 23.9 * 3600 < (old.expires_at - new.created_at).total_seconds() <= 24 * 3600
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/hook", "http://localhost/hook", "http://10.0.0.7/",
+                                 "http://169.254.169.254/latest/meta-data", "http://100.64.0.1/", "http://[::1]/"])
+def test_private_network_urls_are_refused_unless_allowed(api, settings, url):
+    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+    response = api.post("endpoints", {"url": url})
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_error"
+    assert "url" in response.json()["errors"]
+    assert not Endpoint.objects.exists()
+    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    assert api.post("endpoints", {"url": url}).status_code == 201
+
+
+@pytest.mark.parametrize("body", [{"url": "ftp://example.com/"}, {"url": "not a url"}, {},
+                                  {"url": "https://example.com/", "event_types": ["bad type"]},
+                                  {"url": "https://example.com/", "event_types": "invoice.paid"},
+                                  {"url": "https://example.com/", "channels": ["no spaces please"]}])
+def test_invalid_endpoints_are_400_and_store_nothing(api, body):
+    response = api.post("endpoints", body)
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "validation_error"
+    assert not Endpoint.objects.exists()
+
+
+def test_another_tenants_endpoint_is_404_for_every_verb(api, other_api):
+    theirs = _create(other_api)
+    for response in (api.get(f"endpoints/{theirs['id']}"),
+                     api.patch(f"endpoints/{theirs['id']}", {"enabled": False}),
+                     api.delete(f"endpoints/{theirs['id']}"),
+                     api.post(f"endpoints/{theirs['id']}/rotate-secret")):
+        assert response.status_code == 404
+        assert response.json()["code"] == "not_found"
+    assert api.get("endpoints").json()["data"] == []
+    assert Endpoint.objects.get(pk=theirs["id"]).enabled is True

@@ -1,0 +1,107 @@
+"""Event intake: fan-out rules, one delivery per matching endpoint, enqueue only after commit."""
+import pytest
+from django.db import transaction
+
+from webhooks.models import Delivery, Event
+from webhooks.services.events import event_ingest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _endpoint(api, url, **extra):
+    response = api.post("endpoints", {"url": url, **extra})
+    assert response.status_code == 201
+    return response.json()["id"]
+
+
+def test_fan_out_matches_types_prefixes_channels_and_skips_disabled(api, other_api, broker):
+    everything = _endpoint(api, "https://all.example.com/")
+    exact = _endpoint(api, "https://exact.example.com/", event_types=["invoice.paid"])
+    prefix = _endpoint(api, "https://prefix.example.com/", event_types=["invoice.*"])
+    _endpoint(api, "https://other-type.example.com/", event_types=["invoice.created", "customer.*"])
+    _endpoint(api, "https://not-a-prefix.example.com/", event_types=["invoice.paid.*"])
+    eu = _endpoint(api, "https://eu.example.com/", channels=["eu"])
+    _endpoint(api, "https://us.example.com/", channels=["us"])
+    disabled = _endpoint(api, "https://disabled.example.com/")
+    api.patch(f"endpoints/{disabled}", {"enabled": False})
+    _endpoint(other_api, "https://someone-else.example.com/")
+
+    response = api.post("events", {"type": "invoice.paid", "data": {"amount": 5}, "channels": ["eu"]})
+
+    assert response.status_code == 202
+    event = response.json()
+    assert event["id"].startswith("evt_")
+    assert response["Location"] == f"/api/v1/events/{event['id']}"
+    assert {d["endpoint_id"] for d in event["deliveries"]} == {everything, exact, prefix, eu}
+    assert {d["status"] for d in event["deliveries"]} == {"pending"}
+    assert sorted(broker.delivery_ids()) == sorted(d["id"] for d in event["deliveries"])
+
+
+def test_an_event_without_channels_skips_endpoints_that_have_channels(api):
+    _endpoint(api, "https://eu.example.com/", channels=["eu"])
+    plain = _endpoint(api, "https://plain.example.com/")
+    event = api.post("events", {"type": "a.b", "data": {}}).json()
+    assert [d["endpoint_id"] for d in event["deliveries"]] == [plain]
+
+
+def test_fan_out_to_many_endpoints_costs_a_constant_number_of_queries(api, django_assert_max_num_queries):
+    for n in range(30):
+        _endpoint(api, f"https://{n}.example.com/")
+    # BEGIN, the event, one query for every matching endpoint, one bulk insert of deliveries, COMMIT
+    with django_assert_max_num_queries(5), transaction.atomic():
+        event = event_ingest(tenant=api.tenant, event_type="invoice.paid", data={}, channels=[])
+    assert len(event.delivery_list) == 30
+
+
+def test_enqueue_happens_after_commit_and_never_after_rollback(api, broker):
+    _endpoint(api, "https://a.example.com/")
+    # inside the transaction nothing is published yet
+    with transaction.atomic():
+        event = event_ingest(tenant=api.tenant, event_type="invoice.paid", data={}, channels=[])
+        assert broker.delivery_ids() == []
+    assert broker.delivery_ids() == [event.delivery_list[0].id]
+
+    # a rolled-back intake publishes nothing
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        event_ingest(tenant=api.tenant, event_type="invoice.paid", data={}, channels=[])
+        raise Boom
+    assert broker.delivery_ids() == [event.delivery_list[0].id]
+    assert Event.objects.count() == 1
+
+
+def test_event_payload_is_built_once_as_the_webhook_body(api):
+    event = api.post("events", {"type": "invoice.paid", "data": {"b": 1, "a": [1, 2]}}).json()
+    stored = bytes(Event.objects.get(pk=event["id"]).payload)
+    assert stored.startswith(b'{"type":"invoice.paid","timestamp":"')
+    assert stored.endswith(b'"data":{"b":1,"a":[1,2]}}')
+
+
+def test_get_events_with_delivery_statuses_and_type_filter(api, other_api):
+    endpoint = _endpoint(api, "https://a.example.com/")
+    paid = api.post("events", {"type": "invoice.paid", "data": {"n": 1}}).json()
+    created = api.post("events", {"type": "customer.created", "data": {"n": 2}}).json()
+    Delivery.objects.filter(event_id=paid["id"]).update(status=Delivery.SUCCEEDED)
+
+    listed = api.get("events").json()
+    assert [e["id"] for e in listed["data"]] == [created["id"], paid["id"]]
+    one = api.get(f"events/{paid['id']}").json()
+    assert one["data"] == {"n": 1}
+    assert one["deliveries"] == [{"id": paid["deliveries"][0]["id"], "endpoint_id": endpoint, "status": "succeeded"}]
+    assert [e["id"] for e in api.get("events", type="customer.created").json()["data"]] == [created["id"]]
+    assert other_api.get(f"events/{paid['id']}").status_code == 404
+    assert other_api.get("events").json()["data"] == []
+
+
+@pytest.mark.parametrize("body", [{"data": {}}, {"type": "invoice.paid"}, {"type": "", "data": {}},
+                                  {"type": "invoice..paid", "data": {}}, {"type": "invoice paid", "data": {}},
+                                  {"type": "a.b", "data": {}, "channels": "eu"}, ["not", "an", "object"]])
+def test_invalid_events_are_400_and_store_nothing(api, body, broker):
+    _endpoint(api, "https://a.example.com/")
+    response = api.post("events", body)
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_error"
+    assert not Event.objects.exists()
+    assert broker.delivery_ids() == []

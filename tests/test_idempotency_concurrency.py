@@ -1,0 +1,135 @@
+"""Races on one key, proved with real concurrency: threads against a live server and PostgreSQL."""
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+import requests
+from django.db import connection
+
+from webhooks.models import Delivery, Event
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+EVENT = {"type": "invoice.paid", "data": {"invoice": "in_42"}}
+
+
+def _post(live_server, api, key, body=EVENT):
+    return requests.post(f"{live_server.url}/api/v1/events", json=body, timeout=30,
+                         headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": key})
+
+
+class EventTableLock:
+    """Hold a SHARE lock on the event table from another connection: event inserts wait on it.
+
+    This makes a request slow in a real way (after it took its key, before it completes it),
+    without any test hook in the code under test.
+    """
+
+    def __init__(self):
+        params = connection.get_connection_params()
+        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
+                                    user=params.get("user"))
+        self.conn.execute("LOCK TABLE webhooks_event IN SHARE MODE")
+
+    def release(self):
+        self.conn.rollback()
+        self.conn.close()
+
+
+def _is_replay_of(response, first):
+    return (response.status_code == first.status_code and response.content == first.content
+            and response.headers.get("Idempotent-Replay") == "true")
+
+
+def _is_in_progress(response):
+    return (response.status_code == 409 and response.headers.get("Retry-After") == "2"
+            and response.json()["code"] == "idempotency_key_in_progress")
+
+
+def test_fifty_concurrent_identical_requests_execute_once(live_server, api, broker):
+    # given two matching endpoints and one that does not match
+    for url, types in (("https://a.example.com/", []), ("https://b.example.com/", ["invoice.*"]),
+                       ("https://c.example.com/", ["customer.created"])):
+        assert api.post("endpoints", {"url": url, "event_types": types}).status_code == 201
+    barrier = threading.Barrier(50)
+
+    def one(_):
+        barrier.wait()
+        return _post(live_server, api, "storm-key-000001")
+
+    # when 50 clients send the same request at the same moment
+    with ThreadPoolExecutor(50) as pool:
+        responses = list(pool.map(one, range(50)))
+
+    # then exactly one executed: one event, one delivery per matching endpoint, one enqueue each
+    executed = [r for r in responses if r.status_code == 202 and "Idempotent-Replay" not in r.headers]
+    assert len(executed) == 1
+    first = executed[0]
+    others = [r for r in responses if r is not first]
+    assert all(_is_replay_of(r, first) or _is_in_progress(r) for r in others), {r.status_code for r in others}
+    assert Event.objects.count() == 1
+    deliveries = sorted(Delivery.objects.values_list("id", flat=True))
+    assert len(deliveries) == 2
+    assert sorted(d["id"] for d in first.json()["deliveries"]) == deliveries
+    assert sorted(broker.delivery_ids()) == deliveries
+
+
+def test_a_retry_during_a_slow_first_request_gets_409_at_once(live_server, api):
+    lock = EventTableLock()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(_post, live_server, api, "slow-key-000001")
+            time.sleep(0.3)  # let the first request take the key and block on its event insert
+            started = time.monotonic()
+            retry = _post(live_server, api, "slow-key-000001")
+            elapsed = time.monotonic() - started
+            assert _is_in_progress(retry)
+            assert elapsed < 1.0
+            assert not slow.done(), "the first request should still be blocked"
+            lock.release()
+            lock = None
+            first = slow.result(timeout=10)
+    finally:
+        if lock:
+            lock.release()
+    assert first.status_code == 202
+    assert _is_replay_of(_post(live_server, api, "slow-key-000001"), first)
+    assert Event.objects.count() == 1
+
+
+def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_back(live_server, api, settings):
+    settings.IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = 1
+    lock = EventTableLock()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            # the original takes the key, then hangs on its event insert past the lock timeout
+            original = pool.submit(_post, live_server, api, "stale-key-000001")
+            time.sleep(1.5)
+            barrier = threading.Barrier(5)
+
+            def retry():
+                barrier.wait()
+                return _post(live_server, api, "stale-key-000001")
+
+            retries = [pool.submit(retry) for _ in range(5)]
+            # four are turned away at once; the one that took over hangs on the same lock
+            deadline = time.monotonic() + 10
+            while sum(f.done() for f in retries) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            done = [f.result() for f in retries if f.done()]
+            assert len(done) == 4 and all(_is_in_progress(r) for r in done)
+            assert not original.done()
+            lock.release()
+            lock = None
+            winner_response = next(f for f in retries if not f.done() or f.result() not in done).result(timeout=10)
+            original_response = original.result(timeout=10)
+    finally:
+        if lock:
+            lock.release()
+    assert winner_response.status_code == 202
+    # the original lost its lock: it cannot complete, and its work rolled back
+    assert _is_in_progress(original_response)
+    assert list(Event.objects.values_list("id", flat=True)) == [winner_response.json()["id"]]
+    assert _is_replay_of(_post(live_server, api, "stale-key-000001"), winner_response)

@@ -1,0 +1,90 @@
+"""Requests rejected before any view runs: problem+json, the stable code, and nothing stored."""
+import pytest
+
+from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
+from intake.models import IdempotencyKey
+from webhooks.models import Event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EVENT = {"type": "invoice.paid", "data": {}}
+
+
+def _assert_problem(response, status, code):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == code and body["status"] == status
+    assert {"type", "title", "detail"} <= body.keys()
+
+
+def _nothing_stored():
+    return not Event.objects.exists() and not IdempotencyKey.objects.exists()
+
+
+@pytest.mark.parametrize("key,code", [
+    (None, "idempotency_key_missing"),
+    ("short", "idempotency_key_invalid"),
+    ("", "idempotency_key_invalid"),
+    ("x" * 256, "idempotency_key_invalid"),
+    ("tab\there-key", "idempotency_key_invalid"),
+    ('"unterminated-key', "idempotency_key_invalid"),
+    ('"first-key-0001", "second-key-0002"', "idempotency_key_invalid"),
+])
+def test_bad_keys_are_400_and_nothing_runs(api, key, code):
+    response = api.post("events", EVENT, key=key)
+    _assert_problem(response, 400, code)
+    assert _nothing_stored()
+
+
+def test_non_printable_keys_are_refused():
+    for raw in ("abc\x00defgh", "abc\x7fdefgh", "clé-unicode-key"):
+        with pytest.raises(InvalidIdempotencyKey):
+            parse_idempotency_key(raw)
+    assert parse_idempotency_key("x" * 255) == "x" * 255
+    assert parse_idempotency_key('"quoted \\"key\\" 1"') == 'quoted "key" 1'
+
+
+def test_after_a_rejected_request_the_corrected_retry_with_the_same_key_executes(api):
+    _assert_problem(api.post("events", raw="{oops", key="corrected-0001"), 400, "validation_error")
+    assert api.post("events", EVENT, key="corrected-0001").status_code == 202
+
+
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Basic dXNlcjpwYXNz", "Bearer "])
+def test_missing_or_wrong_token_is_401(api, header):
+    client = api.client
+    headers = {"Idempotency-Key": "token-check-0001"}
+    if header is not None:
+        headers["Authorization"] = header
+    post = client.post("/api/v1/events", EVENT, content_type="application/json", headers=headers)
+    _assert_problem(post, 401, "not_authenticated")
+    get = client.get("/api/v1/events", headers={k: v for k, v in headers.items() if k == "Authorization"})
+    _assert_problem(get, 401, "not_authenticated")
+    assert _nothing_stored()
+
+
+@pytest.mark.parametrize("raw", ["{oops", '{"type": "a.b", "data": NaN}', "\xff\xfe", '{"type": "a.b"'])
+def test_malformed_json_is_400_never_500(api, raw):
+    _assert_problem(api.post("events", raw=raw), 400, "validation_error")
+    assert _nothing_stored()
+
+
+def test_oversize_body_is_413(api, settings):
+    settings.INTAKE_MAX_BODY_BYTES = 1024
+    big = {"type": "a.b", "data": {"blob": "x" * 2000}}
+    _assert_problem(api.post("events", big), 413, "payload_too_large")
+    assert _nothing_stored()
+    assert api.post("events", {"type": "a.b", "data": {"blob": "x" * 100}}).status_code == 202
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_non_json_content_type_is_415(api, content_type):
+    response = api.post("events", raw='{"type": "a.b", "data": {}}', content_type=content_type)
+    _assert_problem(response, 415, "unsupported_media_type")
+    assert _nothing_stored()
+
+
+def test_unknown_object_and_wrong_method_use_stable_codes(api):
+    _assert_problem(api.get("events/evt_nope"), 404, "not_found")
+    _assert_problem(api.client.put("/api/v1/events", "{}", content_type="application/json",
+                                   headers={"Authorization": f"Bearer {api.token}"}), 405, "method_not_allowed")
