@@ -107,3 +107,9 @@ class DeliveryDetailOutput(DeliveryOutput):
 
     class Meta(DeliveryOutput.Meta):
         fields = DeliveryOutput.Meta.fields + ["attempts"]
+
+
+class DeliveryFilterInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[choice for choice, _ in Delivery.STATUSES], required=False)
+    endpoint = serializers.CharField(required=False, max_length=40)
+    event = serializers.CharField(required=False, max_length=40)

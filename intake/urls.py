@@ -10,4 +10,7 @@ urlpatterns = [
          name="endpoint-rotate-secret"),
     path("events", views.EventListCreateView.as_view(), name="event-list"),
     path("events/<str:event_id>", views.EventDetailView.as_view(), name="event-detail"),
+    path("deliveries", views.DeliveryListView.as_view(), name="delivery-list"),
+    path("deliveries/<str:delivery_id>", views.DeliveryDetailView.as_view(), name="delivery-detail"),
+    path("deliveries/<str:delivery_id>/retry", views.DeliveryRetryView.as_view(), name="delivery-retry"),
 ]

@@ -12,6 +12,7 @@ from intake import serializers as io
 from intake.pagination import paginate
 from intake.problems import NotFound
 from webhooks import selectors
+from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
 
@@ -112,3 +113,30 @@ class EventDetailView(TenantAPIView):
     def get(self, request, event_id):
         event = self.found(selectors.event_get(tenant=self.tenant, event_id=event_id))
         return Response(io.EventOutput(event).data)
+
+
+class DeliveryListView(TenantAPIView):
+    """GET deliveries, newest first; filter by `?status=`, `?endpoint=`, `?event=`."""
+
+    def get(self, request):
+        filters = _validated(io.DeliveryFilterInput, request.query_params)
+        deliveries = selectors.delivery_list(tenant=self.tenant, status=filters.get("status"),
+                                             endpoint_id=filters.get("endpoint"), event_id=filters.get("event"))
+        return self.page(deliveries, io.DeliveryOutput)
+
+
+class DeliveryDetailView(TenantAPIView):
+    """GET one delivery with every attempt it made."""
+
+    def get(self, request, delivery_id):
+        delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
+        return Response(io.DeliveryDetailOutput(delivery).data)
+
+
+class DeliveryRetryView(TenantAPIView):
+    """POST: send a failed or succeeded delivery again now; a pending one is left as it is."""
+
+    def post(self, request, delivery_id):
+        delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
+        delivery = delivery_services.delivery_retry(delivery=delivery)
+        return Response(io.DeliveryOutput(delivery).data, status=status.HTTP_202_ACCEPTED)

@@ -106,3 +106,26 @@ def subprocess_env(**extra) -> dict:
     })
     env.update({key: str(value) for key, value in extra.items()})
     return env
+
+
+@pytest.fixture
+def receiver():
+    from tests.receiver import Receiver
+
+    server = Receiver()
+    yield server
+    server.close()
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, message: str = "condition"):
+    """Poll until `predicate()` is truthy; return its value or fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)

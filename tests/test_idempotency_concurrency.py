@@ -1,4 +1,4 @@
-"""Races on one key, proved with real concurrency: threads against a live server and PostgreSQL."""
+"""Races on one key, proved with real concurrency: threads against gunicorn (2 processes) and PostgreSQL."""
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -8,6 +8,9 @@ import pytest
 import requests
 from django.db import connection
 
+from intake.models import IdempotencyKey
+from tests.conftest import wait_until
+from tests.processes import free_port, gunicorn
 from webhooks.models import Delivery, Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -15,8 +18,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 EVENT = {"type": "invoice.paid", "data": {"invoice": "in_42"}}
 
 
-def _post(live_server, api, key, body=EVENT):
-    return requests.post(f"{live_server.url}/api/v1/events", json=body, timeout=30,
+@pytest.fixture
+def server():
+    """The API in two gunicorn processes with 25 threads each: 50 requests really run at once."""
+    process = gunicorn(free_port(), workers=2, threads=25, IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=1)
+    yield process
+    process.stop()
+
+
+def _post(server, api, key, body=EVENT):
+    return requests.post(f"{server.url}/api/v1/events", json=body, timeout=30,
                          headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": key})
 
 
@@ -38,6 +49,11 @@ class EventTableLock:
         self.conn.close()
 
 
+def _wait_for_key(key):
+    return wait_until(lambda: IdempotencyKey.objects.filter(key=key, status="in_progress").first(),
+                      timeout=10, message=f"key {key} taken")
+
+
 def _is_replay_of(response, first):
     return (response.status_code == first.status_code and response.content == first.content
             and response.headers.get("Idempotent-Replay") == "true")
@@ -48,7 +64,7 @@ def _is_in_progress(response):
             and response.json()["code"] == "idempotency_key_in_progress")
 
 
-def test_fifty_concurrent_identical_requests_execute_once(live_server, api, broker):
+def test_fifty_concurrent_identical_requests_execute_once(server, api, broker):
     # given two matching endpoints and one that does not match
     for url, types in (("https://a.example.com/", []), ("https://b.example.com/", ["invoice.*"]),
                        ("https://c.example.com/", ["customer.created"])):
@@ -57,7 +73,7 @@ def test_fifty_concurrent_identical_requests_execute_once(live_server, api, brok
 
     def one(_):
         barrier.wait()
-        return _post(live_server, api, "storm-key-000001")
+        return _post(server, api, "storm-key-000001")
 
     # when 50 clients send the same request at the same moment
     with ThreadPoolExecutor(50) as pool:
@@ -76,14 +92,14 @@ def test_fifty_concurrent_identical_requests_execute_once(live_server, api, brok
     assert sorted(broker.delivery_ids()) == deliveries
 
 
-def test_a_retry_during_a_slow_first_request_gets_409_at_once(live_server, api):
+def test_a_retry_during_a_slow_first_request_gets_409_at_once(server, api):
     lock = EventTableLock()
     try:
         with ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(_post, live_server, api, "slow-key-000001")
-            time.sleep(0.3)  # let the first request take the key and block on its event insert
+            slow = pool.submit(_post, server, api, "slow-key-000001")
+            _wait_for_key("slow-key-000001")  # the first request took the key and blocks on its insert
             started = time.monotonic()
-            retry = _post(live_server, api, "slow-key-000001")
+            retry = _post(server, api, "slow-key-000001")
             elapsed = time.monotonic() - started
             assert _is_in_progress(retry)
             assert elapsed < 1.0
@@ -95,23 +111,24 @@ def test_a_retry_during_a_slow_first_request_gets_409_at_once(live_server, api):
         if lock:
             lock.release()
     assert first.status_code == 202
-    assert _is_replay_of(_post(live_server, api, "slow-key-000001"), first)
+    assert _is_replay_of(_post(server, api, "slow-key-000001"), first)
     assert Event.objects.count() == 1
 
 
-def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_back(live_server, api, settings):
-    settings.IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = 1
+def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_back(server, api):
+    # the server runs with IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=1
     lock = EventTableLock()
     try:
         with ThreadPoolExecutor(8) as pool:
             # the original takes the key, then hangs on its event insert past the lock timeout
-            original = pool.submit(_post, live_server, api, "stale-key-000001")
-            time.sleep(1.5)
+            original = pool.submit(_post, server, api, "stale-key-000001")
+            key = _wait_for_key("stale-key-000001")
+            time.sleep(max(0.0, 1.2 - (time.time() - key.locked_at.timestamp())))
             barrier = threading.Barrier(5)
 
             def retry():
                 barrier.wait()
-                return _post(live_server, api, "stale-key-000001")
+                return _post(server, api, "stale-key-000001")
 
             retries = [pool.submit(retry) for _ in range(5)]
             # four are turned away at once; the one that took over hangs on the same lock
@@ -132,4 +149,4 @@ def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_b
     # the original lost its lock: it cannot complete, and its work rolled back
     assert _is_in_progress(original_response)
     assert list(Event.objects.values_list("id", flat=True)) == [winner_response.json()["id"]]
-    assert _is_replay_of(_post(live_server, api, "stale-key-000001"), winner_response)
+    assert _is_replay_of(_post(server, api, "stale-key-000001"), winner_response)

@@ -1,0 +1,106 @@
+"""Real Herald processes for tests: Celery workers and beat, gunicorn, a private redis-server."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.conftest import subprocess_env
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Process:
+    """A subprocess in its own process group, its output in a log file, stopped for sure at the end."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, timeout: float = 30):
+        self.name = name
+        self.log_path = Path(tempfile.mkstemp(prefix=f"herald-{name}-", suffix=".log")[1])
+        self._log = open(self.log_path, "wb")
+        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        if ready:
+            self.wait_for_output(ready, timeout)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_output(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.output()[-3000:]}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, with no chance to clean up or requeue."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.popen.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                self.kill()
+        self._log.close()
+
+
+def celery_worker(name: str = "w1", concurrency: int = 1, **env) -> Process:
+    argv = [str(BIN / "celery"), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(concurrency),
+            "--loglevel", "INFO", "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle",
+            "--without-heartbeat"]
+    return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
+
+
+def celery_beat(**env) -> Process:
+    schedule = Path(tempfile.mkdtemp(prefix="herald-beat-")) / "schedule"
+    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
+    return Process("beat", argv, subprocess_env(**env), ready="beat: Starting...")
+
+
+def gunicorn(port: int, workers: int = 2, threads: int = 1, **env) -> Process:
+    """The API as in production; with threads > 1 each worker serves requests concurrently."""
+    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+            "--threads", str(threads), "--timeout", "60", "--backlog", "256", "--preload"]
+    process = Process("gunicorn", argv, subprocess_env(**env), ready="Booting worker")
+    process.url = f"http://127.0.0.1:{port}"
+    return process
+
+
+class RedisServer:
+    """A private redis-server without persistence, which a test may stop and start at will."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="herald-redis-")
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: Process | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+                "--dir", self.dir]
+        self.process = Process("redis", argv, dict(os.environ), ready="Ready to accept connections")
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.kill()
+            self.process = None

@@ -1,0 +1,107 @@
+"""A real webhook receiver for tests: a threaded HTTP server on 127.0.0.1 with scripted answers."""
+import http.server
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+from http import HTTPStatus
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b"ok"
+    delay: float = 0.0
+
+
+class Receiver:
+    """Records every request; answers from a per-path script, then with the default (200)."""
+
+    def __init__(self):
+        self.received: list[Received] = []
+        self._script: dict[str, deque[Answer]] = defaultdict(deque)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.in_flight: dict[str, int] = defaultdict(int)
+        self.max_in_flight: dict[str, int] = defaultdict(int)  # by webhook-id
+        self.closing = threading.Event()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                msg_id = headers.get("webhook-id", "")
+                with receiver._changed:
+                    receiver.received.append(Received(self.path, headers, body, time.monotonic()))
+                    receiver.in_flight[msg_id] += 1
+                    receiver.max_in_flight[msg_id] = max(receiver.max_in_flight[msg_id], receiver.in_flight[msg_id])
+                    script = receiver._script[self.path]
+                    answer = script.popleft() if script else Answer()
+                    receiver._changed.notify_all()
+                try:
+                    if answer.delay:
+                        receiver.closing.wait(answer.delay)
+                    head = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}",
+                            f"Content-Length: {len(answer.body)}"]
+                    head += [f"{name}: {value}" for name, value in answer.headers]
+                    self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body)
+                finally:
+                    with receiver._changed:
+                        receiver.in_flight[msg_id] -= 1
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client giving up on a slow answer is part of the tests
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def script(self, path: str, *answers: Answer | int) -> None:
+        with self._lock:
+            self._script[path].extend(a if isinstance(a, Answer) else Answer(status=a) for a in answers)
+
+    def requests_to(self, path: str) -> list[Received]:
+        with self._lock:
+            return [r for r in self.received if r.path == path]
+
+    def wait_for(self, count: int, path: str | None = None, timeout: float = 20.0) -> list[Received]:
+        """Block until `count` requests arrived (to `path`, if given); fail the test after `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                got = [r for r in self.received if path is None or r.path == path]
+                if len(got) >= count:
+                    return got
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"expected {count} requests to {path or 'any path'}, got {len(got)}")
+                self._changed.wait(remaining)
+
+    def close(self):
+        self.closing.set()
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,54 @@
+"""Celery and delivery settings, as a production process with default settings sees them."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import json
+from config.celery import app
+from django.conf import settings
+c = app.conf
+print(json.dumps({
+    "acks_late": c.task_acks_late, "reject_on_worker_lost": c.task_reject_on_worker_lost,
+    "prefetch": c.worker_prefetch_multiplier, "soft": c.task_soft_time_limit, "hard": c.task_time_limit,
+    "visibility": c.broker_transport_options["visibility_timeout"], "serializer": c.task_serializer,
+    "accept": c.accept_content, "timeout": settings.WEBHOOK_TIMEOUT_SECONDS,
+    "lease": settings.WEBHOOK_LEASE_SECONDS, "interval": settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS,
+    "redispatch": settings.WEBHOOK_REDISPATCH_AFTER_SECONDS,
+    "beat": {name: entry["task"] for name, entry in c.beat_schedule.items()},
+    "beat_dispatch_every": c.beat_schedule["dispatch-due-deliveries"]["schedule"],
+    "beat_prune_every": c.beat_schedule["prune-idempotency-keys"]["schedule"],
+    "prune_batch": settings.IDEMPOTENCY_PRUNE_BATCH,
+    "queue": c.task_default_queue,
+}))
+"""
+
+
+def _defaults() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEBHOOK_", "IDEMPOTENCY_", "HERALD_"))}
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    script = "import django, os; django.setup()\n" + PROBE
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_durability_settings_and_recovery_bounds_with_the_defaults():
+    conf = _defaults()
+    assert conf["acks_late"] is True and conf["reject_on_worker_lost"] is True and conf["prefetch"] == 1
+    assert conf["serializer"] == "json" and conf["accept"] == ["json"]
+    # time limits sit above the HTTP timeout; redelivery by Redis waits for longer than any task runs
+    assert conf["timeout"] == 15 and conf["timeout"] < conf["soft"] < conf["hard"] < conf["visibility"]
+    assert conf["lease"] > conf["timeout"]
+    # SPEC §6: a dead worker's delivery is sent again within 2 x timeout + 30 s ...
+    assert conf["lease"] + conf["interval"] <= 2 * conf["timeout"] + 30
+    # ... and a lost task is enqueued again within 60 s
+    assert conf["redispatch"] + conf["interval"] <= 60
+    assert conf["beat"] == {"dispatch-due-deliveries": "webhooks.dispatch_due",
+                            "prune-idempotency-keys": "intake.prune_idempotency_keys",
+                            "disable-failing-endpoints": "webhooks.disable_failing_endpoints"}
+    assert conf["beat_dispatch_every"] == 5 and conf["beat_prune_every"] == 3600 and conf["prune_batch"] == 5000

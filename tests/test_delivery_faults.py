@@ -1,0 +1,137 @@
+"""Nothing is lost and nothing is sent twice at once: crashes, broker loss and duplicate tasks."""
+import time
+
+import pytest
+import redis
+import requests
+from django.conf import settings
+
+from tests.conftest import wait_until
+from tests.processes import RedisServer, celery_beat, celery_worker, free_port, gunicorn
+from tests.receiver import Answer
+from webhooks.models import Delivery
+from webhooks.tasks import deliver
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture
+def processes():
+    started = []
+
+    def start(process):
+        started.append(process)
+        return process
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+def _endpoint(api, url, **extra):
+    response = api.post("endpoints", {"url": url, **extra})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def _all_succeeded(ids):
+    return Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == len(ids)
+
+
+def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
+    # given a worker in the middle of a slow delivery
+    processes(celery_beat())
+    doomed = processes(celery_worker("doomed"))
+    _endpoint(api, receiver.url())
+    receiver.script("/hook", Answer(delay=30))
+    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    receiver.wait_for(1)
+
+    # when it is killed outright and another worker starts
+    doomed.kill()
+    killed_at = time.monotonic()
+    processes(celery_worker("heir"))
+
+    # then the delivery is sent again once the lease (4 s in tests) runs out, and succeeds
+    delivery_id = event["deliveries"][0]["id"]
+    wait_until(lambda: _all_succeeded([delivery_id]), timeout=30, message="redelivery after the crash")
+    requests_seen = receiver.requests_to("/hook")
+    assert len(requests_seen) == 2
+    assert requests_seen[1].at - killed_at < 2 * settings.WEBHOOK_TIMEOUT_SECONDS + 30
+    assert {r.headers["webhook-id"] for r in requests_seen} == {event["id"]}
+
+
+def test_a_redis_flush_before_any_worker_ran_loses_nothing(api, receiver, processes, broker):
+    _endpoint(api, receiver.url())
+    ids = [d["id"] for n in range(5)
+           for d in api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"]]
+    assert sorted(broker.delivery_ids()) == sorted(ids)
+    broker.redis.flushdb()
+    assert broker.delivery_ids() == []
+
+    processes(celery_worker("after-flush"))
+    processes(celery_beat())
+    wait_until(lambda: _all_succeeded(ids), timeout=30, message="deliveries after the flush")
+    assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(
+        Delivery.objects.filter(pk__in=ids).values_list("event_id", flat=True))
+
+
+def test_intake_answers_202_while_redis_is_down_and_deliveries_arrive_after(api, receiver, processes):
+    broker = RedisServer()
+    broker.start()
+    env = {"CELERY_BROKER_URL": broker.url}
+    port = free_port()
+    processes(gunicorn(port, **env))
+    processes(celery_worker("broker-loss", **env))
+    processes(celery_beat(**env))
+    _endpoint(api, receiver.url())
+
+    try:
+        broker.stop()
+        answers = []
+        for n in range(3):
+            started = time.monotonic()
+            answers.append(requests.post(
+                f"http://127.0.0.1:{port}/api/v1/events", json={"type": "invoice.paid", "data": {"n": n}},
+                headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": f"redis-down-{n:04d}"},
+                timeout=30))
+            assert time.monotonic() - started < 10
+        assert [a.status_code for a in answers] == [202, 202, 202]
+        ids = [a.json()["deliveries"][0]["id"] for a in answers]
+        assert receiver.received == []
+    finally:
+        broker.start()
+    wait_until(lambda: _all_succeeded(ids), timeout=40, message="deliveries once redis is back")
+    assert len(receiver.received) == 3
+
+
+def test_two_workers_and_duplicated_tasks_never_send_one_delivery_concurrently(api, receiver, processes):
+    processes(celery_worker("left", concurrency=2))
+    processes(celery_worker("right", concurrency=2))
+    _endpoint(api, receiver.url())
+    receiver.script("/hook", *[Answer(delay=0.4)] * 6)
+    ids = [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"][0]["id"]
+           for n in range(6)]
+    for delivery_id in ids:  # the same task, published again and again
+        for _ in range(4):
+            deliver.delay(delivery_id)
+
+    wait_until(lambda: _all_succeeded(ids), timeout=30)
+    time.sleep(0.5)  # let the duplicates run out (they find nothing to claim)
+    assert len(receiver.received) == 6
+    assert set(receiver.max_in_flight.values()) == {1}
+    assert all(d.attempt_count == 1 for d in Delivery.objects.filter(pk__in=ids))
+
+
+def test_a_private_address_is_refused_at_connect_time(api, receiver, processes):
+    # the endpoint was accepted while private networks were allowed; the worker no longer allows them
+    _endpoint(api, receiver.url())
+    _endpoint(api, f"http://localhost:{receiver.port}/by-name", event_types=["invoice.*"])
+    processes(celery_worker("strict", WEBHOOK_ALLOW_PRIVATE_NETWORKS="false"))
+    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    ids = [d["id"] for d in event["deliveries"]]
+    wait_until(lambda: all(Delivery.objects.get(pk=i).attempt_count for i in ids))
+    for delivery_id in ids:
+        (attempt,) = api.get(f"deliveries/{delivery_id}").json()["attempts"]
+        assert attempt["response_status"] is None and "blocked" in attempt["error"]
+    assert receiver.received == []

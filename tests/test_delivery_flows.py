@@ -1,0 +1,153 @@
+"""Delivery end to end with a real Celery worker, real beat, real Redis and a real receiver."""
+import pytest
+from standardwebhooks import Webhook
+
+from tests.conftest import wait_until
+from tests.processes import celery_beat, celery_worker
+from webhooks.models import Delivery, Endpoint, Event
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker):
+    processes = [celery_worker("flows", concurrency=1), celery_beat()]
+    yield processes[0]
+    for process in processes:
+        process.stop()
+
+
+def _endpoint(api, receiver, path="/hook", **extra):
+    response = api.post("endpoints", {"url": receiver.url(path), **extra})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def _event(api, data=None):
+    response = api.post("events", {"type": "invoice.paid", "data": data or {"invoice": "in_1"}})
+    assert response.status_code == 202
+    return response.json()
+
+
+def _status(api, delivery_id, *wanted):
+    detail = api.get(f"deliveries/{delivery_id}").json()
+    return detail if detail["status"] in wanted else None
+
+
+def test_a_delivered_webhook_verifies_with_standardwebhooks(api, receiver, worker):
+    endpoint = _endpoint(api, receiver)
+    event = _event(api, {"invoice": "in_1", "amount": 4200})
+    (request,) = receiver.wait_for(1)
+
+    payload = Webhook(endpoint["secret"]).verify(request.body, request.headers)
+    assert payload["data"] == {"invoice": "in_1", "amount": 4200}
+    assert payload["type"] == "invoice.paid"
+    assert request.headers["webhook-id"] == event["id"]
+    assert request.headers["user-agent"].startswith("Herald/")
+    assert request.headers["content-type"] == "application/json"
+    assert request.body == bytes(Event.objects.get(pk=event["id"]).payload)
+    detail = wait_until(lambda: _status(api, event["deliveries"][0]["id"], "succeeded"))
+    assert detail["attempt_count"] == 1 and detail["next_attempt_at"] is None
+    assert [(a["number"], a["response_status"], a["error"]) for a in detail["attempts"]] == [(1, 200, "")]
+
+
+def test_during_rotation_both_secrets_sign(api, receiver, worker):
+    endpoint = _endpoint(api, receiver)
+    new_secret = api.post(f"endpoints/{endpoint['id']}/rotate-secret").json()["secret"]
+    _event(api)
+    (request,) = receiver.wait_for(1)
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (endpoint["secret"], new_secret):
+        Webhook(secret).verify(request.body, request.headers)
+
+
+def test_500_500_200_is_three_attempts_with_the_same_id_and_bytes(api, receiver, worker):
+    _endpoint(api, receiver)
+    receiver.script("/hook", 500, 500, 200)
+    event = _event(api)
+    requests = receiver.wait_for(3)
+    detail = wait_until(lambda: _status(api, event["deliveries"][0]["id"], "succeeded"))
+    assert [(a["number"], a["response_status"]) for a in detail["attempts"]] == [(1, 500), (2, 500), (3, 200)]
+    assert detail["attempt_count"] == 3
+    assert len({r.headers["webhook-id"] for r in requests}) == 1
+    assert len({r.body for r in requests}) == 1
+    # the retry schedule (1 s steps in tests) separates the attempts
+    assert requests[1].at - requests[0].at >= 0.9 and requests[2].at - requests[1].at >= 0.9
+
+
+def test_exhausted_schedule_fails_and_a_manual_retry_succeeds(api, receiver, worker):
+    _endpoint(api, receiver)
+    receiver.script("/hook", 500, 503, 500, 502)  # four attempts: the first and three retries
+    event = _event(api)
+    delivery_id = event["deliveries"][0]["id"]
+    detail = wait_until(lambda: _status(api, delivery_id, "failed"))
+    assert detail["attempt_count"] == 4 and detail["next_attempt_at"] is None
+    assert [a["response_status"] for a in detail["attempts"]] == [500, 503, 500, 502]
+    assert [d["status"] for d in api.get(f"events/{event['id']}").json()["deliveries"]] == ["failed"]
+
+    retried = api.post(f"deliveries/{delivery_id}/retry")
+    assert retried.status_code == 202 and retried.json()["status"] == "pending"
+    detail = wait_until(lambda: _status(api, delivery_id, "succeeded"))
+    assert [a["response_status"] for a in detail["attempts"]] == [500, 503, 500, 502, 200]
+    assert len(receiver.requests_to("/hook")) == 5
+
+
+def test_410_disables_the_endpoint_and_stops_attempts(api, receiver, worker):
+    endpoint = _endpoint(api, receiver)
+    receiver.script("/hook", 410)
+    event = _event(api)
+    detail = wait_until(lambda: _status(api, event["deliveries"][0]["id"], "failed"))
+    assert [a["response_status"] for a in detail["attempts"]] == [410]
+    assert api.get(f"endpoints/{endpoint['id']}").json()["enabled"] is False
+    # a later event no longer goes there, and no retry of the first one comes
+    assert _event(api)["deliveries"] == []
+    import time
+    time.sleep(1.5)  # longer than one retry step plus a dispatch interval
+    assert len(receiver.requests_to("/hook")) == 1
+
+
+def test_a_hanging_receiver_is_a_timed_out_attempt_and_frees_the_worker(api, receiver, worker):
+    from tests.receiver import Answer
+
+    _endpoint(api, receiver, "/slow")
+    fast = _endpoint(api, receiver, "/fast", event_types=["customer.created"])
+    receiver.script("/slow", Answer(delay=10))
+    slow_event = _event(api)
+    receiver.wait_for(1, "/slow")
+    fast_event = api.post("events", {"type": "customer.created", "data": {}}).json()
+    assert fast_event["deliveries"][0]["endpoint_id"] == fast["id"]
+    # the one-process worker is back well before the receiver would have answered
+    detail = wait_until(lambda: _status(api, fast_event["deliveries"][0]["id"], "succeeded"), timeout=8)
+    assert detail["attempts"][0]["response_status"] == 200
+    slow = api.get(f"deliveries/{slow_event['deliveries'][0]['id']}").json()
+    (attempt,) = slow["attempts"]
+    assert attempt["response_status"] is None and "timeout" in attempt["error"]
+    assert 1900 <= attempt["duration_ms"] < 4000  # WEBHOOK_TIMEOUT_SECONDS is 2 in tests
+    assert slow["status"] == "pending"
+
+
+def test_a_redirect_is_a_failed_attempt_and_is_not_followed(api, receiver, worker):
+    from tests.receiver import Answer
+
+    _endpoint(api, receiver, "/moved")
+    receiver.script("/moved", Answer(status=302, headers=(("Location", receiver.url("/target")),)))
+    event = _event(api)
+    receiver.wait_for(1, "/moved")
+    detail = wait_until(lambda: api.get(f"deliveries/{event['deliveries'][0]['id']}").json()["attempts"])
+    assert detail[0]["response_status"] == 302
+    assert "redirect" in detail[0]["error"]
+    assert receiver.requests_to("/target") == []
+    assert Delivery.objects.get(pk=event["deliveries"][0]["id"]).status == Delivery.PENDING
+
+
+def test_deleting_the_endpoint_cancels_what_is_still_pending(api, receiver, worker):
+    endpoint = _endpoint(api, receiver)
+    receiver.script("/hook", 500)
+    event = _event(api)
+    receiver.wait_for(1)
+    assert api.delete(f"endpoints/{endpoint['id']}").status_code == 204
+    assert Delivery.objects.get(pk=event["deliveries"][0]["id"]).status == Delivery.CANCELLED
+    import time
+    time.sleep(1.5)
+    assert len(receiver.received) == 1
+    assert Endpoint.objects.filter(pk=endpoint["id"], deleted_at__isnull=False).exists()
