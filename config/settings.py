@@ -29,6 +29,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "intake.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -66,6 +67,7 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -82,6 +84,7 @@ STORAGES = {
 }
 # Serve straight from the apps' static folders: no collectstatic step to forget in any deployment.
 WHITENOISE_USE_FINDERS = True
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns about a missing root even when using finders
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["intake.authentication.BearerTokenAuthentication"],
@@ -93,12 +96,24 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
+# One JSON object per line on stderr, each with the request id of the work it belongs to.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")}},
+    "filters": {"request_id": {"()": "webhooks.logcontext.RequestIdFilter"}},
+    "formatters": {
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(process)d",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["request_id"]}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")},
+        "django.db.backends": {"level": "INFO"},
+    },
 }
 
 # --- Herald (SPEC §1) -----------------------------------------------------------------------

@@ -2,7 +2,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from config import ops
+
 urlpatterns = [
+    path("healthz", ops.healthz, name="healthz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("intake.urls")),
 ]

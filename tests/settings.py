@@ -16,3 +16,6 @@ os.environ.setdefault("WEBHOOK_REDISPATCH_AFTER_SECONDS", "2")
 os.environ.setdefault("DEBUG", "false")
 
 from config.settings import *  # noqa: E402,F403
+
+# One test database per pytest run, so that two runs on one machine never drop each other's.
+DATABASES["default"]["TEST"] = {"NAME": f"test_herald_{os.getpid()}"}  # noqa: F405

@@ -1,4 +1,6 @@
 """Delivery end to end with a real Celery worker, real beat, real Redis and a real receiver."""
+import json
+
 import pytest
 from standardwebhooks import Webhook
 
@@ -36,7 +38,10 @@ def _status(api, delivery_id, *wanted):
 
 def test_a_delivered_webhook_verifies_with_standardwebhooks(api, receiver, worker):
     endpoint = _endpoint(api, receiver)
-    event = _event(api, {"invoice": "in_1", "amount": 4200})
+    response = api.post("events", {"type": "invoice.paid", "data": {"invoice": "in_1", "amount": 4200}},
+                        headers={"X-Request-Id": "trace-abc-123456"})
+    assert response["X-Request-Id"] == "trace-abc-123456"
+    event = response.json()
     (request,) = receiver.wait_for(1)
 
     payload = Webhook(endpoint["secret"]).verify(request.body, request.headers)
@@ -49,6 +54,11 @@ def test_a_delivered_webhook_verifies_with_standardwebhooks(api, receiver, worke
     detail = wait_until(lambda: _status(api, event["deliveries"][0]["id"], "succeeded"))
     assert detail["attempt_count"] == 1 and detail["next_attempt_at"] is None
     assert [(a["number"], a["response_status"], a["error"]) for a in detail["attempts"]] == [(1, 200, "")]
+    # the worker's JSON log line for this delivery carries the intake request's id
+    lines = [json.loads(line) for line in worker.output().splitlines() if line.startswith("{")]
+    attempt_lines = [line for line in lines if line.get("message") == "delivery.attempt"
+                     and line.get("event_id") == event["id"]]
+    assert [line["request_id"] for line in attempt_lines] == ["trace-abc-123456"]
 
 
 def test_during_rotation_both_secrets_sign(api, receiver, worker):

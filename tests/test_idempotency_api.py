@@ -146,15 +146,21 @@ def test_replays_and_conflicts_are_logged_as_one_structured_line(api, caplog):
     with caplog.at_level(logging.INFO, logger="herald.idempotency"):
         api.post("events", EVENT, key="logged-key-0001")
         api.post("events", {**EVENT, "data": {}}, key="logged-key-0001")
-    lines = [json.loads(record.getMessage()) for record in caplog.records if record.name == "herald.idempotency"]
-    assert [line["event"] for line in lines] == ["idempotency.replayed", "idempotency.mismatch"]
-    for line in lines:
-        assert line["credential"] == api.credential.id
-        assert line["path"] == "/api/v1/events"
-        assert line["original_status"] == 202
-        assert line["age_seconds"] >= 0
-        assert "logged-key-0001" not in json.dumps(line)  # the key is hashed
-        assert len(line["key_sha256"]) == 16
+    records = [record for record in caplog.records if record.name == "herald.idempotency"]
+    assert [record.getMessage() for record in records] == ["idempotency.replayed", "idempotency.mismatch"]
+    # the handler configured in settings.LOGGING: its request-id filter and JSON formatter
+    (console,) = [h for h in logging.getLogger().handlers if type(h.formatter).__name__ == "JsonFormatter"]
+    for record in records:
+        line = console.format(record)
+        assert "\n" not in line
+        fields = json.loads(line)
+        assert fields["credential"] == api.credential.id
+        assert fields["path"] == "/api/v1/events"
+        assert fields["original_status"] == 202
+        assert fields["age_seconds"] >= 0
+        assert fields["request_id"].startswith("req_")
+        assert "logged-key-0001" not in line  # the key is hashed
+        assert len(fields["key_sha256"]) == 16
 
 
 def test_stored_headers_never_include_hop_by_hop_or_secret_headers():

@@ -68,6 +68,8 @@ class Event(models.Model):
     channels = ArrayField(models.CharField(max_length=128), default=list, blank=True)
     # The exact webhook body, built once at intake so every attempt sends identical bytes.
     payload = models.BinaryField()
+    # The intake request that recorded it, so delivery log lines join up with that request's.
+    request_id = models.CharField(max_length=128, blank=True, default="")
     created_at = models.DateTimeField()
 
     class Meta:

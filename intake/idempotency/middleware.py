@@ -5,7 +5,6 @@ credential is the scope), then the key and body checks, then one statement to ac
 then the view's work and the key's completion in one transaction.
 """
 import hashlib
-import json
 import logging
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from intake.credentials import credential_from_authorization
 from intake.idempotency import store
 from intake.idempotency.fingerprint import request_fingerprint
 from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
+from intake.metrics import intake_requests
 from intake.problems import problem_response
 
 logger = logging.getLogger("herald.idempotency")
@@ -47,6 +47,30 @@ class IdempotencyMiddleware:
         return self._guarded(request)
 
     def _guarded(self, request: HttpRequest) -> HttpResponse:
+        response, outcome = self._answer(request)
+        intake_requests.labels(outcome).inc()
+        return response
+
+    def _answer(self, request: HttpRequest) -> tuple[HttpResponse, str]:
+        rejected = self._reject(request)
+        if rejected is not None:
+            return rejected, "rejected"
+        credential, key, body = request.herald_credential, request.herald_key, request.herald_body
+        fingerprint = request_fingerprint(
+            method=request.method, path=request.path, query_string=request.META.get("QUERY_STRING", ""),
+            body=body.raw, parsed_body=body.value, body_is_json=body.is_json,
+        )
+        outcome = store.key_acquire(
+            credential_id=credential.id, key=key, fingerprint=fingerprint, method=request.method,
+            path=request.path, retention_seconds=settings.IDEMPOTENCY_RETENTION_SECONDS,
+            lock_timeout_seconds=settings.IDEMPOTENCY_LOCK_TIMEOUT_SECONDS,
+        )
+        if isinstance(outcome, store.Existing):
+            return self._answer_existing(request, credential.id, key, fingerprint, outcome)
+        return self._execute(request, outcome)
+
+    def _reject(self, request: HttpRequest) -> HttpResponse | None:
+        """Checks before any key is taken; a rejection here is never stored."""
         credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"))
         if credential is None:
             return problem_response(status_code=401, code="not_authenticated",
@@ -67,22 +91,11 @@ class IdempotencyMiddleware:
             body = read_json_body(request)
         except BodyProblem as problem:
             return problem_response(status_code=problem.status_code, code=problem.code, detail=problem.detail)
+        request.herald_key = key
         request.herald_body = body
+        return None
 
-        fingerprint = request_fingerprint(
-            method=request.method, path=request.path, query_string=request.META.get("QUERY_STRING", ""),
-            body=body.raw, parsed_body=body.value, body_is_json=body.is_json,
-        )
-        outcome = store.key_acquire(
-            credential_id=credential.id, key=key, fingerprint=fingerprint, method=request.method,
-            path=request.path, retention_seconds=settings.IDEMPOTENCY_RETENTION_SECONDS,
-            lock_timeout_seconds=settings.IDEMPOTENCY_LOCK_TIMEOUT_SECONDS,
-        )
-        if isinstance(outcome, store.Existing):
-            return self._answer_existing(request, credential.id, key, fingerprint, outcome)
-        return self._execute(request, outcome)
-
-    def _execute(self, request: HttpRequest, acquired: store.Acquired) -> HttpResponse:
+    def _execute(self, request: HttpRequest, acquired: store.Acquired) -> tuple[HttpResponse, str]:
         try:
             with transaction.atomic():
                 response = self.get_response(request)
@@ -98,17 +111,18 @@ class IdempotencyMiddleware:
                 store.key_complete(acquired=acquired, **stored)
         except _Release as release:
             _release_quietly(acquired)
-            return release.response
+            return release.response, "released"
         except store.LockLost:
-            logger.warning(json.dumps({"event": "idempotency.lock_lost", "method": request.method,
-                                       "path": request.path}))
-            return _in_progress()
+            logger.warning("idempotency.lock_lost", extra={"method": request.method, "path": request.path})
+            return _in_progress(), "in_progress"
         except BaseException:
             _release_quietly(acquired)
+            intake_requests.labels("released").inc()
             raise
-        return response
+        return response, "executed"
 
-    def _answer_existing(self, request, credential_id, key, fingerprint, existing: store.Existing) -> HttpResponse:
+    def _answer_existing(self, request, credential_id, key, fingerprint,
+                         existing: store.Existing) -> tuple[HttpResponse, str]:
         if existing.fingerprint != fingerprint:
             outcome, response = "mismatch", problem_response(
                 status_code=settings.IDEMPOTENCY_MISMATCH_STATUS, code="idempotency_key_reused",
@@ -117,23 +131,23 @@ class IdempotencyMiddleware:
             outcome, response = "in_progress", _in_progress()
         else:
             outcome, response = "replayed", _replay(existing)
-        logger.info(json.dumps({
-            "event": f"idempotency.{outcome}",
+        logger.info(f"idempotency.{outcome}", extra={
+            "outcome": outcome,
             "credential": credential_id,
             "method": request.method,
             "path": request.path,
             "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:16],
             "original_status": existing.response_status,
             "age_seconds": round((timezone.now() - existing.created_at).total_seconds(), 3),
-        }))
-        return response
+        })
+        return response, outcome
 
 
 def _release_quietly(acquired: store.Acquired) -> None:
     try:
         store.key_release(acquired=acquired)
     except Exception:  # the database may be what failed; the key then expires by the lock timeout
-        logger.exception(json.dumps({"event": "idempotency.release_failed", "key_id": acquired.id}))
+        logger.exception("idempotency.release_failed", extra={"key_id": acquired.id})
 
 
 def _stored_response(response: HttpResponse) -> dict:

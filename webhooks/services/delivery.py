@@ -12,7 +12,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from webhooks import retry_policy, signing, transport
+from webhooks import metrics, retry_policy, signing, transport
+from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret
 
 logger = logging.getLogger("herald.delivery")
@@ -64,6 +65,15 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
         return None  # not due, already done, or another worker holds it: a duplicate task is harmless
     number, lease_end = claim
     delivery = Delivery.objects.select_related("event", "endpoint").get(pk=delivery_id)
+    token = request_id.set(delivery.event.request_id)
+    try:
+        return _attempt_claimed(delivery=delivery, number=number, lease_end=lease_end)
+    finally:
+        request_id.reset(token)
+
+
+def _attempt_claimed(*, delivery: Delivery, number: int, lease_end: datetime) -> str:
+    delivery_id = delivery.pk
     endpoint = delivery.endpoint
     if endpoint.deleted_at is not None or not endpoint.enabled:
         status = Delivery.CANCELLED if endpoint.deleted_at is not None else Delivery.FAILED
@@ -78,6 +88,7 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     result = transport.send(url=endpoint.url, body=body, headers=headers,
                             timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
                             allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+    metrics.record_attempt(result)
     return delivery_record(delivery=delivery, number=number, lease_end=lease_end, started_at=started_at,
                            result=result)
 
@@ -121,7 +132,7 @@ def delivery_record(*, delivery: Delivery, number: int, lease_end: datetime, sta
                 status, next_at = Delivery.PENDING, now + timedelta(seconds=delay)
     _finish(delivery_id=delivery.pk, lease_end=lease_end, status=status, attempt_count=number,
             next_attempt_at=next_at)
-    logger.info("delivery attempt", extra={
+    logger.info("delivery.attempt", extra={
         "delivery_id": delivery.pk, "event_id": delivery.event_id, "endpoint_id": endpoint_id, "attempt": number,
         "response_status": result.status, "error": result.error, "duration_ms": result.duration_ms,
         "outcome": status})

@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webhooks.event_types import matching_patterns
+from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
 
@@ -33,6 +34,7 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     event = Event.objects.create(
         tenant=tenant, type=event_type, data=data, channels=channels, created_at=created_at,
         payload=build_payload(event_type=event_type, created_at=created_at, data=data),
+        request_id=request_id.get(),
     )
     endpoint_ids = list(endpoints_matching(tenant=tenant, event_type=event_type, channels=channels)
                         .values_list("id", flat=True))

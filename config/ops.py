@@ -1,0 +1,57 @@
+"""Operational endpoints: /healthz (database and broker reachable) and /metrics (Prometheus)."""
+import logging
+import os
+
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
+
+from config.celery import app as celery_app
+from webhooks.metrics import DeliveryStateCollector
+
+logger = logging.getLogger("herald.ops")
+
+_state_registry = CollectorRegistry(auto_describe=False)
+_state_registry.register(DeliveryStateCollector())
+
+
+def _database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return "ok"
+    except Exception as exc:
+        logger.warning("healthz.database_down", extra={"error": repr(exc)})
+        return "unavailable"
+
+
+def _broker() -> str:
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            conn.default_channel  # noqa: B018 - opens the channel: a real round trip to the broker
+        return "ok"
+    except Exception as exc:
+        logger.warning("healthz.broker_down", extra={"error": repr(exc)})
+        return "unavailable"
+
+
+@require_GET
+def healthz(request):
+    """200 when PostgreSQL and the broker answer, 503 (with which one failed) otherwise."""
+    checks = {"database": _database(), "broker": _broker()}
+    healthy = all(value == "ok" for value in checks.values())
+    return JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
+
+
+@require_GET
+def metrics(request):
+    """Prometheus text format; sums every gunicorn and Celery process when PROMETHEUS_MULTIPROC_DIR is set."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    body = generate_latest(registry) + generate_latest(_state_registry)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,7 @@
+"""Intake metrics: one counter of API write requests by idempotency outcome."""
+from prometheus_client import Counter
+
+INTAKE_OUTCOMES = ("executed", "replayed", "mismatch", "in_progress", "released", "rejected")
+
+intake_requests = Counter(
+    "herald_intake_requests", "POST/PATCH requests under /api/v1/ by idempotency outcome", ["outcome"])

@@ -1,0 +1,95 @@
+"""/healthz and /metrics: against real PostgreSQL and Redis, and across real processes."""
+import tempfile
+from datetime import timedelta
+
+import pytest
+import requests
+from django.test import Client
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import wait_until
+from tests.processes import celery_beat, celery_worker, free_port, gunicorn
+from webhooks.models import Delivery
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _samples(text):
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_healthz_is_200_when_database_and_broker_answer():
+    response = Client().get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken,env", [
+    ("broker", {"CELERY_BROKER_URL": "redis://127.0.0.1:1/0"}),
+    ("database", {"DATABASE_URL": "postgres://127.0.0.1:1/herald"}),
+])
+def test_healthz_is_503_when_either_is_down(broken, env):
+    server = gunicorn(free_port(), workers=1, **env)
+    try:
+        response = requests.get(f"{server.url}/healthz", timeout=20)
+    finally:
+        server.stop()
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable" and body[broken] == "unavailable"
+    assert body["broker" if broken == "database" else "database"] == "ok"
+
+
+def test_delivery_state_gauges_come_from_the_database(api):
+    assert api.post("endpoints", {"url": "https://a.example.com/"}).status_code == 201
+    ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(3)]
+    Delivery.objects.filter(pk=ids[0]).update(next_attempt_at=timezone.now() - timedelta(seconds=90))
+    Delivery.objects.filter(pk=ids[1]).update(status=Delivery.FAILED)
+    response = Client().get("/metrics")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    samples = _samples(response.content.decode())
+    assert samples[("herald_deliveries_pending", ())] == 2
+    assert samples[("herald_deliveries_failed", ())] == 1
+    assert 90 <= samples[("herald_oldest_due_delivery_age_seconds", ())] < 120
+
+
+@pytest.mark.slow
+def test_metrics_add_up_across_gunicorn_and_celery_processes(api, receiver):
+    metrics_dir = tempfile.mkdtemp(prefix="herald-metrics-")
+    env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    server = gunicorn(free_port(), workers=2, **env)
+    processes = [server, celery_worker("metrics", concurrency=2, **env), celery_beat()]
+    try:
+        assert api.post("endpoints", {"url": receiver.url()}).status_code == 201  # in-process: not counted
+        headers = {"Authorization": f"Bearer {api.token}"}
+
+        def post(key, body):
+            return requests.post(f"{server.url}/api/v1/events", json=body, timeout=20,
+                                 headers={**headers, **({"Idempotency-Key": key} if key else {})})
+
+        event = {"type": "invoice.paid", "data": {}}
+        ids = [post(f"metrics-key-{n:04d}", event).json()["deliveries"][0]["id"] for n in range(6)]
+        assert post("metrics-key-0000", event).headers["Idempotent-Replay"] == "true"
+        assert post("metrics-key-0001", event).headers["Idempotent-Replay"] == "true"
+        assert post("metrics-key-0002", {"type": "other.type", "data": {}}).status_code == 409
+        assert post(None, event).status_code == 400
+        wait_until(lambda: Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 6)
+
+        # every scrape, whichever gunicorn process answers it, sees the sum over all processes
+        for _ in range(4):
+            samples = _samples(requests.get(f"{server.url}/metrics", timeout=10).text)
+            intake = {dict(labels)["outcome"]: value for (name, labels), value in samples.items()
+                      if name == "herald_intake_requests_total"}
+            assert intake == {"executed": 6, "replayed": 2, "mismatch": 1, "rejected": 1}
+            assert samples[("herald_delivery_attempts_total", (("outcome", "success"),))] == 6
+            assert samples[("herald_delivery_attempt_duration_seconds_count", ())] == 6
+            assert samples[("herald_deliveries_pending", ())] == 0
+    finally:
+        for process in processes:
+            process.stop()

@@ -1,0 +1,53 @@
+"""Delivery metrics: attempts and their duration (per process), and queue state read from PostgreSQL."""
+from django.db import connection
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from webhooks.models import Delivery
+from webhooks.transport import AttemptResult
+
+delivery_attempts = Counter("herald_delivery_attempts", "Webhook delivery attempts by outcome", ["outcome"])
+attempt_duration = Histogram(
+    "herald_delivery_attempt_duration_seconds", "Duration of one webhook delivery attempt",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60))
+
+
+def attempt_outcome(result: AttemptResult) -> str:
+    if result.ok:
+        return "success"
+    if result.status is not None:
+        return "http_error"
+    if result.error.startswith("timeout"):
+        return "timeout"
+    return "network_error"
+
+
+def record_attempt(result: AttemptResult) -> None:
+    delivery_attempts.labels(attempt_outcome(result)).inc()
+    attempt_duration.observe(result.duration_ms / 1000)
+
+
+class DeliveryStateCollector:
+    """Pending and failed deliveries and the age of the oldest due one, read at scrape time.
+
+    Read from the database rather than counted in processes, so they are right however many
+    gunicorn and Celery processes there are, and survive restarts.
+    """
+
+    _SQL = f"""
+        SELECT count(*) FILTER (WHERE status = 'pending'),
+               count(*) FILTER (WHERE status = 'failed'),
+               COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at)
+                        FILTER (WHERE status = 'pending' AND next_attempt_at <= now())), 0)
+        FROM {Delivery._meta.db_table}
+        WHERE status IN ('pending', 'failed')
+    """
+
+    def collect(self):
+        with connection.cursor() as cursor:
+            cursor.execute(self._SQL)
+            pending, failed, oldest = cursor.fetchone()
+        yield GaugeMetricFamily("herald_deliveries_pending", "Deliveries waiting to be sent", value=pending)
+        yield GaugeMetricFamily("herald_deliveries_failed", "Deliveries that exhausted their schedule", value=failed)
+        yield GaugeMetricFamily("herald_oldest_due_delivery_age_seconds",
+                                "How long the oldest due pending delivery has been waiting", value=float(oldest))
