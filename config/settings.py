@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "webhooks",
     "intake",
 ]
@@ -92,7 +93,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["intake.parsers.CheckedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "intake.problems.problem_exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "intake.schema.HeraldAutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
 
@@ -114,6 +115,24 @@ LOGGING = {
         "herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")},
         "django.db.backends": {"level": "INFO"},
     },
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Herald API",
+    "DESCRIPTION": (
+        "Self-hosted webhook dispatcher. Authenticate with `Authorization: Bearer <token>`. Every POST and "
+        "PATCH requires an `Idempotency-Key`: the first request executes, retries with the same key and "
+        "request replay its stored answer byte for byte (`Idempotent-Replay: true`) for 24 hours. Errors are "
+        "`application/problem+json` with a stable `code`. Lists are cursor-paginated, newest first."),
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "intake.schema.add_problem_component"],
 }
 
 # --- Herald (SPEC §1) -----------------------------------------------------------------------

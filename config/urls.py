@@ -2,6 +2,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
 from config import ops
 
 urlpatterns = [
@@ -9,4 +11,6 @@ urlpatterns = [
     path("metrics", ops.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("intake.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]

@@ -113,3 +113,20 @@ class DeliveryFilterInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=[choice for choice, _ in Delivery.STATUSES], required=False)
     endpoint = serializers.CharField(required=False, max_length=40)
     event = serializers.CharField(required=False, max_length=40)
+
+
+def _page(name: str, item_serializer) -> type[serializers.Serializer]:
+    """The list envelope `{"data": [...], "next_cursor": ...}`, for the OpenAPI schema."""
+    return type(name, (serializers.Serializer,), {
+        "data": item_serializer(many=True),
+        "next_cursor": serializers.CharField(allow_null=True),
+    })
+
+
+EndpointPageOutput = _page("EndpointPage", EndpointOutput)
+EventPageOutput = _page("EventPage", EventOutput)
+DeliveryPageOutput = _page("DeliveryPage", DeliveryOutput)
+
+
+class EventFilterInput(serializers.Serializer):
+    type = serializers.CharField(required=False, max_length=200)

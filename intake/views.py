@@ -4,12 +4,13 @@ Idempotency, authentication of writes and body checks happen before these run
 (intake/idempotency/middleware.py); every object is looked up within the caller's tenant.
 """
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from intake import serializers as io
-from intake.pagination import paginate
+from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
 from webhooks import selectors
 from webhooks.services import delivery as delivery_services
@@ -48,9 +49,11 @@ def _refused_url(exc: endpoint_services.EndpointUrlRefused) -> serializers.Valid
 class EndpointListCreateView(TenantAPIView):
     """GET: the tenant's endpoints. POST: create one, answered with its signing secret."""
 
+    @extend_schema(operation_id="endpoints_list", parameters=[PageParams], responses=io.EndpointPageOutput)
     def get(self, request):
         return self.page(selectors.endpoint_list(tenant=self.tenant), io.EndpointOutput)
 
+    @extend_schema(operation_id="endpoints_create", request=io.EndpointCreateInput, responses={201: io.EndpointOutput})
     def post(self, request):
         data = _validated(io.EndpointCreateInput, request.data)
         try:
@@ -64,10 +67,12 @@ class EndpointListCreateView(TenantAPIView):
 class EndpointDetailView(TenantAPIView):
     """GET, PATCH or DELETE one endpoint; DELETE cancels its pending deliveries."""
 
+    @extend_schema(operation_id="endpoints_retrieve", responses=io.EndpointOutput)
     def get(self, request, endpoint_id):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         return Response(io.EndpointOutput(endpoint).data)
 
+    @extend_schema(operation_id="endpoints_update", request=io.EndpointUpdateInput, responses=io.EndpointOutput)
     def patch(self, request, endpoint_id):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         data = _validated(io.EndpointUpdateInput, request.data, partial=True)
@@ -77,6 +82,7 @@ class EndpointDetailView(TenantAPIView):
             raise _refused_url(exc) from None
         return Response(io.EndpointOutput(endpoint).data)
 
+    @extend_schema(operation_id="endpoints_delete", responses={204: None})
     def delete(self, request, endpoint_id):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         endpoint_services.endpoint_delete(endpoint=endpoint)
@@ -86,6 +92,7 @@ class EndpointDetailView(TenantAPIView):
 class EndpointRotateSecretView(TenantAPIView):
     """POST: issue a new secret; the previous one keeps signing for 24 h."""
 
+    @extend_schema(operation_id="endpoints_rotate_secret", request=None, responses=io.EndpointOutput)
     def post(self, request, endpoint_id):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         endpoint = endpoint_services.endpoint_rotate_secret(endpoint=endpoint)
@@ -95,10 +102,14 @@ class EndpointRotateSecretView(TenantAPIView):
 class EventListCreateView(TenantAPIView):
     """GET: events with their delivery statuses (`?type=`). POST: record an event and fan it out."""
 
+    @extend_schema(operation_id="events_list", parameters=[io.EventFilterInput, PageParams],
+                   responses=io.EventPageOutput)
     def get(self, request):
-        events = selectors.event_list(tenant=self.tenant, event_type=request.query_params.get("type"))
+        filters = _validated(io.EventFilterInput, request.query_params)
+        events = selectors.event_list(tenant=self.tenant, event_type=filters.get("type"))
         return self.page(events, io.EventOutput)
 
+    @extend_schema(operation_id="events_create", request=io.EventCreateInput, responses={202: io.EventOutput})
     def post(self, request):
         data = _validated(io.EventCreateInput, request.data)
         event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
@@ -110,6 +121,7 @@ class EventListCreateView(TenantAPIView):
 class EventDetailView(TenantAPIView):
     """GET one event with its current delivery statuses."""
 
+    @extend_schema(operation_id="events_retrieve", responses=io.EventOutput)
     def get(self, request, event_id):
         event = self.found(selectors.event_get(tenant=self.tenant, event_id=event_id))
         return Response(io.EventOutput(event).data)
@@ -118,6 +130,8 @@ class EventDetailView(TenantAPIView):
 class DeliveryListView(TenantAPIView):
     """GET deliveries, newest first; filter by `?status=`, `?endpoint=`, `?event=`."""
 
+    @extend_schema(operation_id="deliveries_list", parameters=[io.DeliveryFilterInput, PageParams],
+                   responses=io.DeliveryPageOutput)
     def get(self, request):
         filters = _validated(io.DeliveryFilterInput, request.query_params)
         deliveries = selectors.delivery_list(tenant=self.tenant, status=filters.get("status"),
@@ -128,6 +142,7 @@ class DeliveryListView(TenantAPIView):
 class DeliveryDetailView(TenantAPIView):
     """GET one delivery with every attempt it made."""
 
+    @extend_schema(operation_id="deliveries_retrieve", responses=io.DeliveryDetailOutput)
     def get(self, request, delivery_id):
         delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
         return Response(io.DeliveryDetailOutput(delivery).data)
@@ -136,6 +151,7 @@ class DeliveryDetailView(TenantAPIView):
 class DeliveryRetryView(TenantAPIView):
     """POST: send a failed or succeeded delivery again now; a pending one is left as it is."""
 
+    @extend_schema(operation_id="deliveries_retry", request=None, responses={202: io.DeliveryOutput})
     def post(self, request, delivery_id):
         delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
         delivery = delivery_services.delivery_retry(delivery=delivery)
