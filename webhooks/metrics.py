@@ -1,10 +1,20 @@
 """Delivery metrics: attempts and their duration (per process), and queue state read from PostgreSQL."""
+import os
+import socket
+
 from django.db import connection
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
 from webhooks.models import Delivery
 from webhooks.transport import AttemptResult
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # Containers sharing one metrics volume all number their processes from 1: name each file by
+    # host and pid so a web worker and a Celery child never write the same file. No underscores:
+    # prometheus_client splits file names on them.
+    values.ValueClass = values.MultiProcessValue(
+        lambda: f"{socket.gethostname()}-{os.getpid()}".replace("_", "-"))
 
 delivery_attempts = Counter("herald_delivery_attempts", "Webhook delivery attempts by outcome", ["outcome"])
 attempt_duration = Histogram(
