@@ -150,6 +150,8 @@ WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", Fals
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
 
 INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
+# How long a process may keep using a credential it looked up (a revocation's delay); 0 disables.
+CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
 # Django's own cap must not undercut ours; the intake answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
 
@@ -172,6 +174,10 @@ WEBHOOK_LEASE_SECONDS = env_float("WEBHOOK_LEASE_SECONDS", WEBHOOK_TIMEOUT_SECON
 # A published task not started within this long is presumed lost (flush, restart) and re-published.
 WEBHOOK_REDISPATCH_AFTER_SECONDS = env_float("WEBHOOK_REDISPATCH_AFTER_SECONDS", 30)
 WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
+# Up to this many deliveries of one event are published by the web process itself; a larger
+# fan-out is handed to a worker in chunks, so intake latency does not grow with the endpoint count.
+WEBHOOK_INLINE_ENQUEUE_MAX = env_int("WEBHOOK_INLINE_ENQUEUE_MAX", 10)
+WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"
 

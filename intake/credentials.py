@@ -1,7 +1,9 @@
 """Services for API credentials: issue a token (shown once), revoke, and resolve a presented one."""
 import hashlib
 import secrets
+import time
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -34,8 +36,15 @@ def credential_issue(*, tenant: Tenant, name: str = "") -> tuple[ApiCredential, 
 
 def credentials_revoke(*, credential_ids: list[int]) -> int:
     """Revoke the live credentials among these ids at once; return how many were revoked."""
-    return ApiCredential.objects.filter(pk__in=credential_ids, revoked_at__isnull=True).update(
+    revoked = ApiCredential.objects.filter(pk__in=credential_ids, revoked_at__isnull=True).update(
         revoked_at=timezone.now())
+    credential_cache_clear()  # this process stops accepting them at once; others within the cache TTL
+    return revoked
+
+
+# Live credentials seen recently, by token hash: saves a query on every request. A revocation
+# reaches other processes within CREDENTIAL_CACHE_SECONDS; unknown tokens are never cached.
+_recent: dict[str, tuple[float, ApiCredential]] = {}
 
 
 def credential_from_authorization(header: str | None) -> ApiCredential | None:
@@ -46,8 +55,22 @@ def credential_from_authorization(header: str | None) -> ApiCredential | None:
     token = token.strip()
     if scheme.lower() != "bearer" or not token or len(token) > 200:
         return None
-    return (
-        ApiCredential.objects.select_related("tenant")
-        .filter(token_hash=_hash_token(token), revoked_at__isnull=True)
-        .first()
-    )
+    digest = _hash_token(token)
+    now = time.monotonic()
+    hit = _recent.get(digest)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    credential = (ApiCredential.objects.select_related("tenant")
+                  .filter(token_hash=digest, revoked_at__isnull=True).first())
+    if credential is None:
+        _recent.pop(digest, None)
+    elif settings.CREDENTIAL_CACHE_SECONDS > 0:
+        if len(_recent) >= 10_000:
+            _recent.clear()
+        _recent[digest] = (now + settings.CREDENTIAL_CACHE_SECONDS, credential)
+    return credential
+
+
+def credential_cache_clear() -> None:
+    """Forget cached credentials in this process (after a revocation here, and between tests)."""
+    _recent.clear()

@@ -8,7 +8,12 @@ import redis
 from django.conf import settings
 from django.test import Client
 
-from intake.credentials import credential_create
+from intake.credentials import credential_cache_clear, credential_create
+
+
+@pytest.fixture(autouse=True)
+def _fresh_credential_cache():
+    credential_cache_clear()
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_retry_after_is_capped_at_the_longest_step(api, receiver, settings):
 def test_a_claimed_delivery_cannot_be_claimed_again_until_its_lease_ends(api, receiver):
     delivery_id = _delivery(api, receiver.url())
     first = delivery_claim(delivery_id=delivery_id)
-    assert first is not None and first[0] == 1
+    assert first is not None and first.number == 1
     assert delivery_claim(delivery_id=delivery_id) is None
     assert delivery_attempt(delivery_id=delivery_id) is None  # a duplicate task does nothing
     assert receiver.received == []

@@ -75,22 +75,21 @@ def test_same_key_with_a_different_body_path_or_method_is_a_mismatch(api, settin
 
 
 def test_view_exception_persists_nothing_releases_the_key_and_the_retry_executes(api, broker, monkeypatch):
-    from webhooks.services import events
+    from intake import serializers
 
     api.post("endpoints", {"url": "https://a.example.com/"})
-    real = events.endpoints_matching
 
-    def explode(**kwargs):  # fails after the event row was written in the same transaction
-        raise RuntimeError("fan-out blew up")
+    def explode(self, instance):  # fails after the event and its delivery were written
+        raise RuntimeError("rendering blew up")
 
-    monkeypatch.setattr(events, "endpoints_matching", explode)
-    failed = api.post("events", EVENT, key="exception-0001")
+    with monkeypatch.context() as patch:
+        patch.setattr(serializers.EventOutput, "to_representation", explode)
+        failed = api.post("events", EVENT, key="exception-0001")
     assert failed.status_code == 500
-    assert Event.objects.count() == 0
+    assert Event.objects.count() == 0 and Delivery.objects.count() == 0
     assert not IdempotencyKey.objects.filter(key="exception-0001").exists()
     assert broker.delivery_ids() == []
 
-    monkeypatch.setattr(events, "endpoints_matching", real)
     retried = api.post("events", EVENT, key="exception-0001")
     assert retried.status_code == 202
     assert "Idempotent-Replay" not in retried

@@ -57,6 +57,9 @@ class EndpointSecret(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
 
+    def __str__(self) -> str:
+        return self.secret[:10] + "…"
+
 
 class Event(models.Model):
     """Something that happened in a tenant's system, recorded exactly once per intake request."""
@@ -105,6 +108,7 @@ class Delivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "deliveries"
         constraints = [models.UniqueConstraint(fields=["event", "endpoint"], name="delivery_event_endpoint")]
         indexes = [
             models.Index(fields=["next_attempt_at"], name="delivery_due",
@@ -132,3 +136,6 @@ class DeliveryAttempt(models.Model):
     class Meta:
         ordering = ["delivery", "number"]
         constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="attempt_delivery_number")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number}"

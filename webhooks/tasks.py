@@ -20,3 +20,11 @@ def dispatch_due() -> int:
 def disable_failing_endpoints() -> int:
     """Beat: disable endpoints failing continuously past WEBHOOK_DISABLE_AFTER_SECONDS."""
     return delivery_service.endpoints_disable_failing()
+
+
+@shared_task(name="webhooks.enqueue_deliveries", ignore_result=True)
+def enqueue_deliveries(delivery_ids: list[str]) -> None:
+    """Publish the delivery tasks of a large fan-out on behalf of the web process."""
+    from webhooks.services.events import deliveries_enqueue
+
+    deliveries_enqueue(delivery_ids=delivery_ids, inline=True)

@@ -87,13 +87,18 @@ def key_acquire(*, credential_id: int, key: str, fingerprint: str, method: str, 
                     created_at=row[7])
 
 
+_COMPLETE_SQL = f"""
+UPDATE {_TABLE} SET status = 'completed', response_status = %s, response_headers = %s::jsonb, response_body = %s
+ WHERE id = %s AND lock_token = %s AND status = 'in_progress'
+"""
+
+
 def key_complete(*, acquired: Acquired, status: int, headers: list[list[str]], body: bytes) -> None:
     """Store the response; raise LockLost if another request has taken the key over (fencing)."""
-    updated = IdempotencyKey.objects.filter(
-        id=acquired.id, lock_token=acquired.token, status=IdempotencyKey.IN_PROGRESS
-    ).update(status=IdempotencyKey.COMPLETED, response_status=status, response_headers=headers, response_body=body)
-    if updated != 1:
-        raise LockLost()
+    with connection.cursor() as cursor:
+        cursor.execute(_COMPLETE_SQL, [status, json.dumps(headers), body, acquired.id, acquired.token])
+        if cursor.rowcount != 1:
+            raise LockLost()
 
 
 def key_release(*, acquired: Acquired) -> None:

@@ -5,31 +5,60 @@ duplicated Celery message can neither lose a delivery nor send it twice at once.
 """
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from webhooks import metrics, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
 
 logger = logging.getLogger("herald.delivery")
 
 _DELIVERY = Delivery._meta.db_table
+_ATTEMPT = DeliveryAttempt._meta.db_table
+_EVENT = Event._meta.db_table
+_ENDPOINT = Endpoint._meta.db_table
+_SECRET = EndpointSecret._meta.db_table
 
-# One statement: only a pending, due delivery whose lease is free can be claimed, so of two
-# workers holding the same task exactly one gets a row back. The attempt number is taken here.
+# One statement claims the delivery and loads everything the attempt needs. Only a pending, due
+# delivery whose lease is free can be claimed, so of two workers holding the same task exactly
+# one gets a row back; the attempt number is taken here too.
 _CLAIM_SQL = f"""
+WITH claimed AS (
+    UPDATE {_DELIVERY}
+       SET locked_until = now() + make_interval(secs => %(lease)s),
+           attempt_count = attempt_count + 1,
+           updated_at = now()
+     WHERE id = %(id)s AND status = 'pending' AND next_attempt_at <= now()
+       AND (locked_until IS NULL OR locked_until < now())
+    RETURNING attempt_count, locked_until, event_id, endpoint_id
+)
+SELECT c.attempt_count, c.locked_until, c.event_id, c.endpoint_id, e.payload, e.request_id,
+       ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL, ep.failing_since IS NOT NULL,
+       ARRAY(SELECT s.secret FROM {_SECRET} s
+              WHERE s.endpoint_id = ep.id AND (s.expires_at IS NULL OR s.expires_at > now())
+              ORDER BY s.created_at DESC, s.id DESC)
+  FROM claimed c JOIN {_EVENT} e ON e.id = c.event_id JOIN {_ENDPOINT} ep ON ep.id = c.endpoint_id
+"""
+
+# One statement records the attempt and moves the delivery on, fenced by the lease we took: if it
+# ran out and another worker claimed the delivery, that worker's outcome stands (ours is still
+# recorded, truthfully).
+_RECORD_SQL = f"""
+WITH attempt AS (
+    INSERT INTO {_ATTEMPT} (delivery_id, number, started_at, duration_ms, response_status, response_body, error,
+                            created_at)
+    VALUES (%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s, %(response_body)s,
+            %(error)s, now())
+)
 UPDATE {_DELIVERY}
-   SET locked_until = now() + make_interval(secs => %(lease)s),
-       attempt_count = attempt_count + 1,
-       updated_at = now()
- WHERE id = %(id)s AND status = 'pending' AND next_attempt_at <= now()
-   AND (locked_until IS NULL OR locked_until < now())
-RETURNING attempt_count, locked_until
+   SET status = %(status)s, next_attempt_at = %(next_attempt_at)s, locked_until = NULL, enqueued_at = NULL,
+       attempt_count = %(number)s, updated_at = now()
+ WHERE id = %(id)s AND locked_until = %(lease_end)s
 """
 
 # Due, free, and not published recently (a task still waiting in the queue is not duplicated).
@@ -47,15 +76,37 @@ RETURNING id
 """
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A delivery this worker holds until `lease_end`, with what its attempt needs."""
+
+    delivery_id: str
+    number: int
+    lease_end: datetime
+    event_id: str
+    endpoint_id: str
+    payload: bytes
+    request_id: str
+    url: str
+    endpoint_active: bool
+    endpoint_deleted: bool
+    endpoint_failing: bool
+    secrets: list[str]
+
+
 def _schedule() -> tuple[int, ...]:
     return retry_policy.parse_schedule(settings.WEBHOOK_RETRY_SCHEDULE)
 
 
-def delivery_claim(*, delivery_id: str) -> tuple[int, datetime] | None:
-    """Take the lease on a due delivery; return (attempt number, lease end) or None if not ours."""
+def delivery_claim(*, delivery_id: str) -> Claim | None:
+    """Take the lease on a due delivery; None if it is not due, not pending, or another worker has it."""
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, {"id": delivery_id, "lease": settings.WEBHOOK_LEASE_SECONDS})
-        return cursor.fetchone()
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Claim(delivery_id, row[0], row[1], row[2], row[3], bytes(row[4]), row[5], row[6], row[7], row[8],
+                 row[9], list(row[10]))
 
 
 def delivery_attempt(*, delivery_id: str) -> str | None:
@@ -63,105 +114,82 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     claim = delivery_claim(delivery_id=delivery_id)
     if claim is None:
         return None  # not due, already done, or another worker holds it: a duplicate task is harmless
-    number, lease_end = claim
-    delivery = Delivery.objects.select_related("event", "endpoint").get(pk=delivery_id)
-    token = request_id.set(delivery.event.request_id)
+    token = request_id.set(claim.request_id)
     try:
-        return _attempt_claimed(delivery=delivery, number=number, lease_end=lease_end)
+        return _attempt_claimed(claim)
     finally:
         request_id.reset(token)
 
 
-def _attempt_claimed(*, delivery: Delivery, number: int, lease_end: datetime) -> str:
-    delivery_id = delivery.pk
-    endpoint = delivery.endpoint
-    if endpoint.deleted_at is not None or not endpoint.enabled:
-        status = Delivery.CANCELLED if endpoint.deleted_at is not None else Delivery.FAILED
-        _finish(delivery_id=delivery_id, lease_end=lease_end, status=status, attempt_count=number - 1)
+def _attempt_claimed(claim: Claim) -> str:
+    if not claim.endpoint_active:
+        status = Delivery.CANCELLED if claim.endpoint_deleted else Delivery.FAILED
+        Delivery.objects.filter(pk=claim.delivery_id, locked_until=claim.lease_end).update(
+            status=status, next_attempt_at=None, locked_until=None, enqueued_at=None,
+            attempt_count=claim.number - 1, updated_at=timezone.now())
         return status
-
-    body = bytes(delivery.event.payload)
-    secrets = endpoint_active_secrets(endpoint=endpoint)
     started_at = timezone.now()
-    headers = signing.webhook_headers(secrets=secrets, msg_id=delivery.event_id, timestamp=int(time.time()),
-                                      body=body, user_agent=f"Herald/{settings.HERALD_VERSION}")
-    result = transport.send(url=endpoint.url, body=body, headers=headers,
+    headers = signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
+                                      body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
+    result = transport.send(url=claim.url, body=claim.payload, headers=headers,
                             timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
                             allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
     metrics.record_attempt(result)
-    return delivery_record(delivery=delivery, number=number, lease_end=lease_end, started_at=started_at,
-                           result=result)
+    return delivery_record(claim=claim, started_at=started_at, result=result)
 
 
-def endpoint_active_secrets(*, endpoint: Endpoint) -> list[str]:
-    """The secrets that sign right now: the current one and rotated-out ones still in their grace."""
-    now = timezone.now()
-    return list(EndpointSecret.objects.filter(endpoint=endpoint)
-                .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-                .order_by("-created_at", "-id").values_list("secret", flat=True))
+def delivery_decide(*, number: int, result: transport.AttemptResult, now: datetime) -> tuple[str, datetime | None]:
+    """The delivery's next state after attempt `number`: succeeded, pending until a retry, or failed."""
+    if result.ok:
+        return Delivery.SUCCEEDED, None
+    if result.status == 410:
+        return Delivery.FAILED, None
+    retry_after = None
+    if result.status in (429, 503):
+        retry_after = retry_policy.parse_retry_after(result.retry_after, now=now)
+    delay = retry_policy.next_delay(attempt_number=number, schedule=_schedule(),
+                                    jitter=settings.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
+    if delay is None:
+        return Delivery.FAILED, None
+    return Delivery.PENDING, now + timedelta(seconds=delay)
 
 
 @transaction.atomic
-def delivery_record(*, delivery: Delivery, number: int, lease_end: datetime, started_at: datetime,
-                    result: transport.AttemptResult) -> str:
-    """Record the attempt truthfully, then move the delivery on: succeeded, retry later, or failed."""
-    DeliveryAttempt.objects.create(
-        delivery=delivery, number=number, started_at=started_at, duration_ms=result.duration_ms,
-        response_status=result.status, response_body=result.body, error=result.error[:500],
-    )
+def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
+    """Record the attempt truthfully, move the delivery on, and keep the endpoint's failure clock."""
     now = timezone.now()
-    endpoint_id = delivery.endpoint_id
-    if result.ok:
-        status, next_at = Delivery.SUCCEEDED, None
-        Endpoint.objects.filter(pk=endpoint_id, failing_since__isnull=False).update(failing_since=None)
-    else:
-        Endpoint.objects.filter(pk=endpoint_id, failing_since__isnull=True).update(failing_since=now)
-        if result.status == 410:
-            status, next_at = Delivery.FAILED, None
-            Endpoint.objects.filter(pk=endpoint_id).update(enabled=False, disabled_reason="receiver answered 410 Gone",
-                                                           updated_at=now)
-        else:
-            retry_after = None
-            if result.status in (429, 503):
-                retry_after = retry_policy.parse_retry_after(result.retry_after, now=now)
-            delay = retry_policy.next_delay(attempt_number=number, schedule=_schedule(),
-                                            jitter=settings.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
-            if delay is None:
-                status, next_at = Delivery.FAILED, None
-            else:
-                status, next_at = Delivery.PENDING, now + timedelta(seconds=delay)
-    _finish(delivery_id=delivery.pk, lease_end=lease_end, status=status, attempt_count=number,
-            next_attempt_at=next_at)
+    status, next_at = delivery_decide(number=claim.number, result=result, now=now)
+    with connection.cursor() as cursor:
+        cursor.execute(_RECORD_SQL, {
+            "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
+            "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
+            "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
+        })
+    # The endpoint row is written only when its state changes, not on every attempt.
+    endpoints = Endpoint.objects.filter(pk=claim.endpoint_id)
+    if result.ok and claim.endpoint_failing:
+        endpoints.update(failing_since=None)
+    elif not result.ok and not claim.endpoint_failing:
+        endpoints.filter(failing_since__isnull=True).update(failing_since=now)
+    if result.status == 410:
+        endpoints.update(enabled=False, disabled_reason="receiver answered 410 Gone", updated_at=now)
     logger.info("delivery.attempt", extra={
-        "delivery_id": delivery.pk, "event_id": delivery.event_id, "endpoint_id": endpoint_id, "attempt": number,
-        "response_status": result.status, "error": result.error, "duration_ms": result.duration_ms,
-        "outcome": status})
+        "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
+        "attempt": claim.number, "response_status": result.status, "error": result.error,
+        "duration_ms": result.duration_ms, "outcome": status})
     return status
-
-
-def _finish(*, delivery_id: str, lease_end: datetime, status: str, attempt_count: int,
-            next_attempt_at: datetime | None = None) -> None:
-    # Fenced by the lease we took: if it ran out and another worker claimed the delivery, that
-    # worker's outcome stands (our attempt is still recorded above).
-    Delivery.objects.filter(pk=delivery_id, locked_until=lease_end).update(
-        status=status, next_attempt_at=next_attempt_at, locked_until=None, enqueued_at=None,
-        attempt_count=attempt_count, updated_at=timezone.now())
 
 
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
     """Publish a task for every due, free delivery whose task is not already waiting (beat)."""
-    from webhooks.tasks import deliver
+    from webhooks.services.events import deliveries_enqueue
 
     with connection.cursor() as cursor:
         cursor.execute(_DISPATCH_SQL, {"redispatch": settings.WEBHOOK_REDISPATCH_AFTER_SECONDS,
                                        "batch": batch or settings.WEBHOOK_DISPATCH_BATCH})
         ids = [row[0] for row in cursor.fetchall()]
-    for index, delivery_id in enumerate(ids):
-        try:
-            deliver.delay(delivery_id)
-        except Exception as exc:  # broker still down: they stay due and are picked up again later
-            logger.warning("dispatch publish failed", extra={"remaining": len(ids) - index, "error": repr(exc)})
-            break
+    if ids:  # if the broker is still down they stay due, and the next run picks them up again
+        deliveries_enqueue(delivery_ids=ids, inline=True)
     return ids
 
 
@@ -173,16 +201,12 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
     ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, locked_until=None, updated_at=now)
     if updated:
-        delivery_id = delivery.pk
-        transaction.on_commit(lambda: _publish(delivery_id), robust=True)
+        from webhooks.services.events import deliveries_enqueue
+
+        delivery_ids = [delivery.pk]
+        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
     delivery.refresh_from_db()
     return delivery
-
-
-def _publish(delivery_id: str) -> None:
-    from webhooks.tasks import deliver
-
-    deliver.delay(delivery_id)
 
 
 def endpoints_disable_failing(*, now: datetime | None = None) -> int:

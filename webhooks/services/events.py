@@ -1,12 +1,15 @@
 """Event intake: record the event, fan it out to matching endpoints, enqueue after commit."""
+import json
 import logging
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from webhooks import ids
 from webhooks.event_types import matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
@@ -14,9 +17,35 @@ from webhooks.payload import build_payload
 
 logger = logging.getLogger("herald.events")
 
+# One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
+# (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
+# event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
+# endpoint's rank, so they stay unique and time-ordered without a round trip per id.
+_INGEST_SQL = f"""
+WITH event AS (
+    INSERT INTO {Event._meta.db_table} (id, tenant_id, type, data, channels, payload, request_id, created_at)
+    VALUES (%(event_id)s, %(tenant)s, %(type)s, %(data)s::jsonb, %(channels)s::varchar[], %(payload)s,
+            %(request_id)s, %(now)s)
+    RETURNING id
+), matched AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS rank
+      FROM {Endpoint._meta.db_table}
+     WHERE tenant_id = %(tenant)s AND enabled AND deleted_at IS NULL
+       AND (event_types = '{{}}' OR event_types && %(patterns)s::varchar[])
+       AND (channels = '{{}}' OR channels && %(channels)s::varchar[])
+)
+INSERT INTO {Delivery._meta.db_table}
+    (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, enqueued_at, created_at,
+     updated_at)
+SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id FROM event), matched.id,
+       'pending', 0, %(now)s, %(now)s, %(now)s, %(now)s
+  FROM matched
+RETURNING id, endpoint_id
+"""
+
 
 def endpoints_matching(*, tenant: Tenant, event_type: str, channels: list[str]):
-    """Enabled endpoints subscribed to this type and sharing a channel: one query, no loop."""
+    """Enabled endpoints subscribed to this type and sharing a channel (the same rule as intake's SQL)."""
     type_match = Q(event_types=[]) | Q(event_types__overlap=matching_patterns(event_type))
     channel_match = Q(channels=[]) | Q(channels__overlap=channels) if channels else Q(channels=[])
     return Endpoint.objects.filter(tenant=tenant, enabled=True, deleted_at__isnull=True).filter(
@@ -31,33 +60,50 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     moment is logged, not raised: the rows are safe in PostgreSQL and the dispatcher sends them.
     """
     created_at = now or timezone.now()
-    event = Event.objects.create(
-        tenant=tenant, type=event_type, data=data, channels=channels, created_at=created_at,
-        payload=build_payload(event_type=event_type, created_at=created_at, data=data),
-        request_id=request_id.get(),
-    )
-    endpoint_ids = list(endpoints_matching(tenant=tenant, event_type=event_type, channels=channels)
-                        .values_list("id", flat=True))
-    deliveries = Delivery.objects.bulk_create([
-        Delivery(tenant=tenant, event=event, endpoint_id=endpoint_id, next_attempt_at=created_at,
-                 enqueued_at=created_at)
-        for endpoint_id in endpoint_ids
-    ])
-    event.delivery_list = deliveries
-    if deliveries:
-        ids = [delivery.id for delivery in deliveries]
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids), robust=True)
+    event = Event(id=ids.event_id(), tenant=tenant, type=event_type, data=data, channels=channels,
+                  created_at=created_at, request_id=request_id.get(),
+                  payload=build_payload(event_type=event_type, created_at=created_at, data=data))
+    with connection.cursor() as cursor:
+        cursor.execute(_INGEST_SQL, {
+            "event_id": event.id, "tenant": tenant.pk, "type": event_type, "data": json.dumps(data),
+            "channels": channels, "payload": event.payload, "request_id": event.request_id, "now": created_at,
+            "patterns": matching_patterns(event_type), "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
+        })
+        rows = cursor.fetchall()
+    event._state.adding = False
+    event.delivery_list = [Delivery(id=delivery_id, tenant=tenant, event=event, endpoint_id=endpoint_id,
+                                    status=Delivery.PENDING, next_attempt_at=created_at, enqueued_at=created_at)
+                           for delivery_id, endpoint_id in rows]
+    if rows:
+        delivery_ids = [row[0] for row in rows]
+        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
     return event
 
 
-def deliveries_enqueue(*, delivery_ids: list[str]) -> None:
-    """Publish one delivery task per id; imported lazily so intake never needs a worker module."""
-    from webhooks.tasks import deliver
+def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None) -> None:
+    """Publish one delivery task per id, in one round trip to the broker.
 
-    for index, delivery_id in enumerate(delivery_ids):
-        try:
-            deliver.delay(delivery_id)
-        except Exception as exc:  # broker down: stop trying, the dispatcher will enqueue them
-            logger.warning("delivery enqueue failed; the dispatcher will send them",
-                           extra={"delivery_ids": delivery_ids[index:], "error": repr(exc)})
+    Building a Celery message costs a fraction of a millisecond of CPU; for a large fan-out the web
+    process hands the ids to a worker in chunks instead (`webhooks.enqueue_deliveries`), which
+    publishes the per-delivery tasks, so intake latency does not grow with the endpoint count.
+    """
+    from webhooks.tasks import deliver, enqueue_deliveries
+
+    if inline is None:
+        inline = len(delivery_ids) <= settings.WEBHOOK_INLINE_ENQUEUE_MAX
+    try:
+        if len(delivery_ids) == 1:  # the common case: a pipeline would only add overhead
+            deliver.apply_async((delivery_ids[0],), argsrepr=delivery_ids[0], kwargsrepr="")
             return
+        with deliver.app.producer_or_acquire() as producer, producer.batch():
+            if inline:
+                for delivery_id in delivery_ids:
+                    deliver.apply_async((delivery_id,), producer=producer, argsrepr=delivery_id, kwargsrepr="")
+            else:
+                chunk = settings.WEBHOOK_ENQUEUE_CHUNK
+                for start in range(0, len(delivery_ids), chunk):
+                    part = delivery_ids[start:start + chunk]
+                    enqueue_deliveries.apply_async((part,), producer=producer, argsrepr=f"[{len(part)} ids]")
+    except Exception as exc:  # broker down: the rows are safe and the dispatcher will enqueue them
+        logger.warning("delivery.enqueue_failed", extra={"delivery_ids": delivery_ids[:20],
+                                                          "count": len(delivery_ids), "error": repr(exc)})

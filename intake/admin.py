@@ -1,0 +1,89 @@
+"""Admin for API credentials (issued by a service, token shown once) and read-only idempotency keys."""
+from django.contrib import admin, messages
+from django.db.models.functions import Length
+from django.utils.html import format_html
+from django.utils.translation import ngettext
+
+from intake.credentials import credential_issue, credentials_revoke
+from intake.models import ApiCredential, IdempotencyKey
+
+
+@admin.register(ApiCredential)
+class ApiCredentialAdmin(admin.ModelAdmin):
+    """Add = pick a tenant and a name; the token is generated, shown once in a message, stored hashed."""
+
+    list_display = ("tenant", "name", "token_prefix", "created_at", "revoked_at")
+    list_display_links = ("token_prefix",)
+    list_filter = ("tenant",)
+    list_select_related = ("tenant",)
+    search_fields = ("name", "token_prefix", "tenant__name")
+    autocomplete_fields = ("tenant",)
+    actions = ["revoke"]
+
+    # token_hash appears in none of these: it is never shown nor editable.
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("tenant", "name")
+        return ("tenant", "name", "token_prefix", "created_at", "revoked_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        return () if obj is None else ("tenant", "token_prefix", "created_at", "revoked_at")
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tenant")
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the credential's idempotency keys and history stay
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)  # only the name can change
+            return
+        credential, token = credential_issue(tenant=form.cleaned_data["tenant"], name=form.cleaned_data["name"])
+        for field in ApiCredential._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(credential, field.attname))
+        obj._state.adding = False
+        messages.success(request, format_html(
+            "API token for tenant “{}”: <code>{}</code> — copy it now, it will not be shown again.",
+            credential.tenant.name, token))
+
+    @admin.action(description="Revoke selected credentials", permissions=["change"])
+    def revoke(self, request, queryset):
+        revoked = credentials_revoke(credential_ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, ngettext("Revoked %(count)d credential.", "Revoked %(count)d credentials.",
+                                            revoked) % {"count": revoked}, messages.SUCCESS)
+
+
+@admin.register(IdempotencyKey)
+class IdempotencyKeyAdmin(admin.ModelAdmin):
+    """Strictly read-only: the keys are the intake's record; only the middleware and beat write them."""
+
+    list_display = ("credential", "key", "status", "response_status", "created_at", "expires_at")
+    list_display_links = ("key",)
+    list_filter = ("status",)
+    list_select_related = ("credential__tenant",)
+    search_fields = ("key__exact",)
+    search_help_text = "An exact Idempotency-Key."
+    show_full_result_count = False
+    # Not the stored response body: it may carry an endpoint's signing secret. Only its size.
+    fields = ("credential", "key", "method", "path", "fingerprint", "status", "locked_at", "response_status",
+              "response_headers", "response_body_size", "created_at", "expires_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return (super().get_queryset(request).select_related("credential__tenant").defer("response_body")
+                .annotate(response_body_length=Length("response_body")))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="response body")
+    def response_body_size(self, key: IdempotencyKey) -> str:
+        length = key.response_body_length
+        return "—" if length is None else f"{length} bytes (not shown)"

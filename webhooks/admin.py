@@ -1,0 +1,238 @@
+"""Admin dashboard for tenants, endpoints, events and deliveries: views over the models, writes via services."""
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.translation import ngettext
+
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.services import delivery as delivery_service
+from webhooks.services.endpoints import endpoint_update
+
+admin.site.site_header = "Herald administration"
+admin.site.site_title = "Herald"
+admin.site.index_title = "Tenants, endpoints, events and deliveries"
+
+
+class _LeanChangeList(ChangeList):
+    """A changelist that does not load the big columns (bodies, JSON data) it never shows."""
+
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer(*self.model_admin.changelist_defer)
+
+
+class _LeanChangeListMixin:
+    changelist_defer: tuple[str, ...] = ()
+
+    def get_changelist(self, request, **kwargs):
+        return _LeanChangeList
+
+
+class _ReadOnlyMixin:
+    """History is written by the delivery machinery only: the admin may look, never add/change/delete."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "id", "created_at")
+    search_fields = ("name",)
+    fields = ("name", "id", "created_at")
+    readonly_fields = ("id", "created_at")
+
+
+class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
+    model = EndpointSecret
+    verbose_name_plural = "signing secrets"
+    fields = ("secret_prefix", "created_at", "expires_at")
+    readonly_fields = fields
+    extra = 0
+
+    @admin.display(description="secret")
+    def secret_prefix(self, secret: EndpointSecret) -> str:
+        # Enough to tell secrets apart; the secret itself is the tenant's, shown by the API only.
+        return secret.secret[:10] + "…"
+
+
+@admin.register(Endpoint)
+class EndpointAdmin(admin.ModelAdmin):
+    """Endpoints are created, rotated and deleted by tenants through the API; here ops may only
+    enable/disable one or fix its description (through `endpoint_update`, which clears the failure
+    record on re-enable)."""
+
+    list_display = ("id", "tenant", "url", "enabled", "disabled_reason", "created_at")
+    list_filter = ("enabled", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("url", "id")
+    fields = ("id", "tenant", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
+              "failing_since", "deleted_at", "created_at", "updated_at")
+    ops_editable = ("description", "enabled")
+    inlines = [EndpointSecretInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tenant")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.deleted_at is not None:
+            return self.fields
+        return tuple(field for field in self.fields if field not in self.ops_editable)
+
+    def has_add_permission(self, request):
+        return False  # the API creates them, so that the tenant receives the signing secret
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # deleting is the API's soft delete, which also cancels pending deliveries
+
+    def save_model(self, request, obj, form, change):
+        endpoint_update(endpoint=obj, **{field: form.cleaned_data[field] for field in form.changed_data})
+
+
+class DeliveryInline(_ReadOnlyMixin, admin.TabularInline):
+    model = Delivery
+    verbose_name_plural = "deliveries"
+    fields = ("id", "endpoint", "status", "attempt_count", "next_attempt_at")
+    readonly_fields = fields
+    show_change_link = True
+    extra = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("endpoint")
+
+
+@admin.register(Event)
+class EventAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "tenant", "type", "created_at")
+    list_filter = ("type", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("id__exact",)
+    search_help_text = "An exact event id (evt_…)."
+    show_full_result_count = False
+    changelist_defer = ("data", "payload")
+    fields = ("id", "tenant", "type", "channels", "created_at", "request_id", "data", "payload_text")
+    readonly_fields = fields
+    inlines = [DeliveryInline]
+
+    @admin.display(description="payload (the bytes every attempt sends)")
+    def payload_text(self, event: Event) -> str:
+        return bytes(event.payload).decode("utf-8", errors="replace")
+
+
+class DeliveryAttemptInline(_ReadOnlyMixin, admin.TabularInline):
+    model = DeliveryAttempt
+    verbose_name_plural = "attempts"
+    fields = ("number", "started_at", "duration_ms", "response_status", "error", "response_body")
+    readonly_fields = fields
+    ordering = ("number",)
+    extra = 0
+
+
+class EventTypeFilter(admin.SimpleListFilter):
+    """Filter deliveries by their event's type; the choices come from the events, not a join."""
+
+    title = "event type"
+    parameter_name = "event__type"
+
+    def lookups(self, request, model_admin):
+        types = Event.objects.order_by("type").values_list("type", flat=True).distinct()[:200]
+        return [(event_type, event_type) for event_type in types]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(event__type=self.value()) if self.value() else queryset
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "event_column", "endpoint_column", "status", "attempt_count", "next_attempt_at")
+    list_filter = ("status", "endpoint", EventTypeFilter)
+    list_select_related = ("event", "endpoint")
+    search_fields = ("id__exact", "event__id__exact")
+    search_help_text = "An exact delivery id (dlv_…) or event id (evt_…)."
+    show_full_result_count = False
+    changelist_defer = ("event__data", "event__payload")
+    fields = ("id", "tenant", "event", "endpoint", "status", "retry", "attempt_count", "next_attempt_at",
+              "locked_until", "enqueued_at", "created_at", "updated_at")
+    readonly_fields = fields
+    actions = ["retry_failed_deliveries"]
+    inlines = [DeliveryAttemptInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tenant", "event", "endpoint")
+
+    def get_fields(self, request, obj=None):
+        if obj is not None and obj.status == Delivery.FAILED and self.has_retry_permission(request):
+            return self.fields
+        return tuple(field for field in self.fields if field != "retry")
+
+    @admin.display(description="event", ordering="event_id")
+    def event_column(self, delivery: Delivery) -> str:
+        return format_html('<a href="{}">{}</a><br><small>{}</small>',
+                           reverse("admin:webhooks_event_change", args=[quote(delivery.event_id)]),
+                           delivery.event_id, delivery.event.type)
+
+    @admin.display(description="endpoint", ordering="endpoint_id")
+    def endpoint_column(self, delivery: Delivery) -> str:
+        return format_html('<a href="{}" title="{}">{}</a>',
+                           reverse("admin:webhooks_endpoint_change", args=[quote(delivery.endpoint_id)]),
+                           delivery.endpoint_id, Truncator(delivery.endpoint.url).chars(60))
+
+    def has_retry_permission(self, request) -> bool:
+        """Retrying is a write: it needs the change permission even though the page is read-only."""
+        return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
+
+    @admin.display(description="retry")
+    def retry(self, delivery: Delivery) -> str:
+        # A submit button of the page's own form (which carries the CSRF token), posted to retry_view.
+        return format_html(
+            '<button type="submit" class="button" formaction="{}" formmethod="post">Retry now</button>',
+            reverse("admin:webhooks_delivery_retry", args=[quote(delivery.pk)]))
+
+    def get_urls(self):
+        retry = path("<path:object_id>/retry/", self.admin_site.admin_view(self.retry_view),
+                     name="webhooks_delivery_retry")
+        return [retry, *super().get_urls()]
+
+    def retry_view(self, request, object_id):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        delivery = get_object_or_404(self.get_queryset(request), pk=unquote(object_id))
+        self._retry(request, [delivery])
+        return HttpResponseRedirect(reverse("admin:webhooks_delivery_change", args=[quote(delivery.pk)]))
+
+    @admin.action(description="Retry selected failed deliveries", permissions=["retry"])
+    def retry_failed_deliveries(self, request, queryset):
+        self._retry(request, queryset)
+
+    def _retry(self, request, deliveries) -> None:
+        selected = list(deliveries)
+        retried = sum(
+            delivery_service.delivery_retry(delivery=delivery).status == Delivery.PENDING
+            for delivery in selected if delivery.status == Delivery.FAILED
+        )
+        skipped = len(selected) - retried
+        if retried:
+            level = messages.SUCCESS
+            text = ngettext("Retried %(count)d failed delivery; it is being sent now.",
+                            "Retried %(count)d failed deliveries; they are being sent now.",
+                            retried) % {"count": retried}
+        else:
+            level, text = messages.WARNING, "Nothing retried: only a failed delivery can be retried."
+        if skipped:
+            text += " " + ngettext("Skipped %(count)d that was not failed.",
+                                   "Skipped %(count)d that were not failed.", skipped) % {"count": skipped}
+        self.message_user(request, text, level)
