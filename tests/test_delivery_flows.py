@@ -161,3 +161,12 @@ def test_deleting_the_endpoint_cancels_what_is_still_pending(api, receiver, work
     time.sleep(1.5)
     assert len(receiver.received) == 1
     assert Endpoint.objects.filter(pk=endpoint["id"], deleted_at__isnull=False).exists()
+
+
+def test_a_large_fan_out_reaches_every_endpoint(api, receiver, worker):
+    for n in range(12):  # more than WEBHOOK_INLINE_ENQUEUE_MAX: published by the worker
+        _endpoint(api, receiver, f"/fan/{n}")
+    event = _event(api)
+    receiver.wait_for(12)
+    assert sorted(r.path for r in receiver.received) == sorted(f"/fan/{n}" for n in range(12))
+    assert {r.headers["webhook-id"] for r in receiver.received} == {event["id"]}
