@@ -3,6 +3,7 @@
 PostgreSQL holds every bit of state (attempt_count, next_attempt_at, the lease), so a lost or
 duplicated Celery message can neither lose a delivery nor send it twice at once.
 """
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -154,25 +155,28 @@ def delivery_decide(*, number: int, result: transport.AttemptResult, now: dateti
     return Delivery.PENDING, now + timedelta(seconds=delay)
 
 
-@transaction.atomic
 def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
     """Record the attempt truthfully, move the delivery on, and keep the endpoint's failure clock."""
     now = timezone.now()
     status, next_at = delivery_decide(number=claim.number, result=result, now=now)
-    with connection.cursor() as cursor:
+    endpoints = Endpoint.objects.filter(pk=claim.endpoint_id)
+    endpoint_writes = []  # the endpoint row is written only when its state changes
+    if result.ok and claim.endpoint_failing:
+        endpoint_writes.append(lambda: endpoints.update(failing_since=None))
+    elif not result.ok and not claim.endpoint_failing:
+        endpoint_writes.append(lambda: endpoints.filter(failing_since__isnull=True).update(failing_since=now))
+    if result.status == 410:
+        endpoint_writes.append(lambda: endpoints.update(enabled=False, disabled_reason="receiver answered 410 Gone",
+                                                        updated_at=now))
+    # Usually one statement, atomic by itself; a transaction only when the endpoint changes too.
+    with transaction.atomic() if endpoint_writes else contextlib.nullcontext(), connection.cursor() as cursor:
         cursor.execute(_RECORD_SQL, {
             "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
             "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
             "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
         })
-    # The endpoint row is written only when its state changes, not on every attempt.
-    endpoints = Endpoint.objects.filter(pk=claim.endpoint_id)
-    if result.ok and claim.endpoint_failing:
-        endpoints.update(failing_since=None)
-    elif not result.ok and not claim.endpoint_failing:
-        endpoints.filter(failing_since__isnull=True).update(failing_since=now)
-    if result.status == 410:
-        endpoints.update(enabled=False, disabled_reason="receiver answered 410 Gone", updated_at=now)
+        for write in endpoint_writes:
+            write()
     logger.info("delivery.attempt", extra={
         "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
         "attempt": claim.number, "response_status": result.status, "error": result.error,
