@@ -31,7 +31,11 @@ class Process:
         self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         if ready:
-            self.wait_for_output(ready, timeout)
+            try:
+                self.wait_for_output(ready, timeout)
+            except BaseException:
+                self.stop()  # never leave a half-started process consuming the test queue
+                raise
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

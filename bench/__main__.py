@@ -1,0 +1,335 @@
+"""`python -m bench [--quick]`: run every benchmark against its floor and write bench/results/."""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench import stack
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LUA = Path(__file__).resolve().parent / "post.lua"
+
+
+def wrk(url: str, *, mode: str, token: str, path: str, connections: int, seconds: float,
+        run: str | None = None) -> dict:
+    run = run or uuid.uuid4().hex[:10]
+    threads = 1 if connections == 1 else 2
+    argv = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
+            "-s", str(LUA), url, "--", mode, token, run, path]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    line = next(line for line in out.splitlines() if line.startswith("WRKJSON "))
+    result = json.loads(line.removeprefix("WRKJSON "))
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    result.update({f"{k[:-3]}_ms": result[k] / 1000 for k in list(result) if k.endswith("_us") and k != "duration_us"})
+    return result
+
+
+def percentile(values: list[float], pct: float) -> float:
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    index = min(len(values) - 1, max(0, round(pct / 100 * (len(values) - 1))))
+    return values[index]
+
+
+class Bench:
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.seconds = 4 if quick else 8
+        self.results: dict = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                               time.gmtime())}
+        self.procs: list[stack.Proc] = []
+
+    # --- setup -------------------------------------------------------------------------------
+    def setup(self):
+        stack.recreate_database()
+        os.environ.update(stack.base_env())
+        import django
+
+        django.setup()
+        from intake.credentials import credential_create
+
+        self.receiver = self.start(stack.receiver(stack.free_port()))
+        self.credential, self.token = credential_create(tenant_name="bench")
+        self.floor_credential, _ = credential_create(tenant_name="bench-floor")
+        self.endpoints(self.credential.tenant, 1)
+        self.web = self.start(stack.gunicorn(stack.free_port(), BENCH_FLOOR_CREDENTIAL_ID=self.floor_credential.id))
+        self.purge_queue()
+
+    def start(self, proc):
+        self.procs.append(proc)
+        return proc
+
+    def endpoints(self, tenant, count):
+        from webhooks.services.endpoints import endpoint_create
+
+        for n in range(count):
+            endpoint_create(tenant=tenant, url=f"{self.receiver.url}/hook/{n}", event_types=[], channels=[])
+
+    def purge_queue(self):
+        import redis
+        from django.conf import settings
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(settings.CELERY_TASK_DEFAULT_QUEUE)
+
+    def receiver_stats(self) -> dict:
+        import requests
+
+        return requests.get(f"{self.receiver.url}/stats", timeout=10).json()
+
+    def reset_receiver(self):
+        import requests
+
+        requests.delete(f"{self.receiver.url}/stats", timeout=5)
+
+    # --- intake ------------------------------------------------------------------------------
+    def intake(self):
+        import requests
+
+        rows = []
+        replay_run = uuid.uuid4().hex[:10]
+        for path in ("/floor/events", "/api/v1/events"):  # replay mode cycles through 50 keys: run each once
+            for n in range(50):
+                requests.post(self.web.url + path, data='{"type":"invoice.paid","data":{"invoice":"in_1","amount":1200}}',
+                              headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
+                                       "Idempotency-Key": f"replay-{replay_run}-{n}"}, timeout=10).raise_for_status()
+        for mode in ("first", "replay", "mix"):
+            for connections in (1, 16, 64):
+                for target, path in (("floor", "/floor/events"), ("herald", "/api/v1/events")):
+                    result = wrk(self.web.url + path, mode=mode, token=self.token, path=path,
+                                 connections=connections, seconds=self.seconds,
+                                 run=replay_run if mode == "replay" else None)
+                    result.update(target=target, mode=mode, connections=connections)
+                    rows.append(result)
+                    print(f"intake {mode:6} c={connections:<3} {target:6} {result['rps']:8.0f} req/s "
+                          f"p50 {result['p50_ms']:6.1f} ms p99 {result['p99_ms']:6.1f} ms "
+                          f"errors {result['errors']} non2xx {result['non2xx']}", flush=True)
+                    self.purge_queue()
+        self.results["intake"] = rows
+        self.cancel_backlog()
+
+    def cancel_backlog(self):
+        from webhooks.models import Delivery
+
+        Delivery.objects.filter(status=Delivery.PENDING).update(status=Delivery.CANCELLED)
+        self.purge_queue()
+
+    # --- delivery ----------------------------------------------------------------------------
+    def make_deliveries(self, tenant, events: int) -> list[str]:
+        from django.db import transaction
+
+        from webhooks.services.events import event_ingest
+
+        ids = []
+        for n in range(events):
+            with transaction.atomic():
+                event = event_ingest(tenant=tenant, event_type="invoice.paid", data={"invoice": f"in_{n}"},
+                                     channels=[])
+            ids += [d.id for d in event.delivery_list]
+        return ids
+
+    def drain(self, expected: int, concurrency: int, timeout: float = 300) -> dict:
+        """Start a worker on a pre-filled queue; deliveries/s from the receiver's first to last arrival."""
+        self.reset_receiver()
+        proc = stack.worker(f"drain{concurrency}", concurrency)
+        try:
+            deadline = time.monotonic() + timeout
+            while self.receiver_stats()["count"] < expected:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {self.receiver_stats()['count']}/{expected} delivered")
+                time.sleep(0.1)
+            stats = self.receiver_stats()
+            peak = proc.peak_rss_mb()
+        finally:
+            proc.stop()
+        span = stats["last"] - stats["first"]
+        return {"deliveries": expected, "seconds": span, "per_second": (stats["count"] - 1) / span if span else 0,
+                "worker_peak_rss_mb": round(max(peak.values()), 1)}
+
+    def delivery(self):
+        from bench.floor_tasks import floor_post
+
+        count = 400 if self.quick else 1500
+        rows = []
+        for concurrency in (1, 2):
+            for n in range(count):
+                floor_post.delay(f"floor-{n}", f"{self.receiver.url}/floor")
+            floor = self.drain(count, concurrency)
+            self.make_deliveries(self.credential.tenant, count)
+            herald = self.drain(count, concurrency)
+            rows.append({"worker_processes": concurrency, "floor": floor, "herald": herald,
+                         "ratio": herald["per_second"] / floor["per_second"]})
+            print(f"delivery c={concurrency} herald {herald['per_second']:.0f}/s floor {floor['per_second']:.0f}/s "
+                  f"ratio {rows[-1]['ratio']:.2f}", flush=True)
+        self.results["delivery"] = rows
+
+    def end_to_end(self):
+        import requests
+
+        workers = stack.worker("e2e", 2)
+        session = requests.Session()
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        body = json.dumps({"type": "invoice.paid", "data": {"invoice": "in_1"}})
+        sent: dict[str, float] = {}
+        lock = threading.Lock()
+
+        def post(session):
+            response = session.post(f"{self.web.url}/api/v1/events", data=body, timeout=10,
+                                    headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+            at = time.time()
+            with lock:
+                sent[response.json()["id"]] = at
+
+        def latencies(ids):
+            deadline = time.monotonic() + 60
+            while True:
+                received = self.receiver_stats()["received"]
+                if all(i in received for i in ids) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            return [(received[i] - sent[i]) * 1000 for i in ids if i in received], len(ids)
+
+        try:
+            self.reset_receiver()
+            idle_n = 40 if self.quick else 100
+            for _ in range(idle_n):
+                post(session)
+                time.sleep(0.05)
+            idle, n_idle = latencies(list(sent))
+            rate = max(10.0, 0.5 * self.results["delivery"][1]["herald"]["per_second"])
+            sent.clear()
+            self.reset_receiver()
+            duration = 5 if self.quick else 10
+            sessions = [requests.Session() for _ in range(8)]
+            with ThreadPoolExecutor(8) as pool:
+                start = time.monotonic()
+                for i in range(int(rate * duration)):
+                    delay = start + i / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    pool.submit(post, sessions[i % 8])
+            loaded, n_loaded = latencies(list(sent))
+        finally:
+            workers.stop()
+        self.results["end_to_end"] = {
+            "idle": {"events": n_idle, "p50_ms": percentile(idle, 50), "p99_ms": percentile(idle, 99)},
+            "loaded": {"events": n_loaded, "rate_per_s": rate, "p50_ms": percentile(loaded, 50),
+                       "p99_ms": percentile(loaded, 99)},
+            "idle_samples_ms": idle, "loaded_samples_ms": loaded,
+        }
+        print(f"end-to-end idle p50 {percentile(idle, 50):.1f} ms p99 {percentile(idle, 99):.1f} ms; "
+              f"at {rate:.0f}/s p50 {percentile(loaded, 50):.1f} ms p99 {percentile(loaded, 99):.1f} ms", flush=True)
+
+    def fan_out(self):
+        from intake.credentials import credential_create
+
+        rows = []
+        total = 300 if self.quick else 1000
+        for fan in (1, 10, 100):
+            credential, token = credential_create(tenant_name=f"fan-{fan}")
+            self.endpoints(credential.tenant, fan)
+            result = wrk(self.web.url + "/api/v1/events", mode="first", token=token, path="/api/v1/events",
+                         connections=16, seconds=self.seconds)
+            self.cancel_backlog()
+            self.make_deliveries(credential.tenant, max(1, total // fan))
+            drained = self.drain(max(1, total // fan) * fan, 2)
+            rows.append({"endpoints": fan, "intake_rps": result["rps"], "intake_p50_ms": result["p50_ms"],
+                         "intake_p99_ms": result["p99_ms"], "deliveries_per_second": drained["per_second"]})
+            print(f"fan-out {fan:3}: intake {result['rps']:.0f} req/s p99 {result['p99_ms']:.1f} ms, "
+                  f"{drained['per_second']:.0f} deliveries/s", flush=True)
+        self.results["fan_out"] = rows
+
+    def prune(self):
+        from django.db import connection
+
+        from intake.idempotency.prune import keys_prune_expired
+
+        rows = 200_000 if self.quick else 1_000_000
+
+        def fill():
+            with connection.cursor() as cursor:
+                cursor.execute("""
+                    INSERT INTO intake_idempotencykey (credential_id, key, fingerprint, method, path, status,
+                        lock_token, locked_at, response_status, response_headers, response_body, created_at,
+                        expires_at)
+                    SELECT %s, 'old-' || g || '-' || %s, repeat('0', 64), 'POST', '/api/v1/events', 'completed',
+                        gen_random_uuid(), now(), 202, '[]'::jsonb, '\\x7b7d'::bytea, now() - interval '2 days',
+                        now() - interval '1 day'
+                    FROM generate_series(1, %s) g""", [self.credential.id, uuid.uuid4().hex[:6], rows])
+                cursor.execute("ANALYZE intake_idempotencykey")
+
+        fill()
+        started = time.monotonic()
+        deleted, batches = keys_prune_expired(batch_size=5000)
+        alone = time.monotonic() - started
+        baseline = wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
+                       connections=16, seconds=self.seconds)
+        self.cancel_backlog()
+        fill()
+        during_result = {}
+        thread = threading.Thread(target=lambda: during_result.update(wrk(
+            self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
+            connections=16, seconds=max(2.0, min(self.seconds, alone)))))
+        thread.start()
+        started = time.monotonic()
+        keys_prune_expired(batch_size=5000)
+        loaded_prune = time.monotonic() - started
+        thread.join()
+        self.cancel_backlog()
+        self.results["prune"] = {
+            "rows": deleted, "batches": batches, "seconds": alone, "rows_per_second": deleted / alone,
+            "seconds_under_intake_load": loaded_prune,
+            "intake_p99_ms_without": baseline["p99_ms"], "intake_p99_ms_during": during_result["p99_ms"],
+            "p99_ratio": during_result["p99_ms"] / baseline["p99_ms"],
+        }
+        print(f"prune {deleted} rows in {alone:.2f}s = {deleted / alone:.0f} rows/s; intake p99 "
+              f"{baseline['p99_ms']:.1f} ms without, {during_result['p99_ms']:.1f} ms during", flush=True)
+
+    def memory(self):
+        self.results["memory"] = {"web_peak_rss_mb": {str(k): round(v, 1) for k, v in self.web.peak_rss_mb().items()}}
+
+    def run(self, only: set[str] | None):
+        try:
+            self.setup()
+            for name in ("intake", "delivery", "end_to_end", "fan_out", "prune", "memory"):
+                if only and name not in only and not (name == "end_to_end" and "delivery" in only):
+                    continue
+                getattr(self, name)()
+        finally:
+            for proc in reversed(self.procs):
+                proc.stop()
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "results.json").write_text(json.dumps(self.results, indent=2))
+        from bench.report import write_report
+
+        write_report(self.results, RESULTS)
+        print(f"wrote {RESULTS / 'results.json'}, results.md and results.png")
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    pg = subprocess.run(["psql", "-h", "127.0.0.1", "-d", "postgres", "-Atc", "show server_version"],
+                        capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(int(mem) / 1024 / 1024, 1),
+            "python": platform.python_version(), "postgres": pg, "kernel": platform.release()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
+    parser.add_argument("--only", help="comma-separated: intake,delivery,fan_out,prune,memory")
+    args = parser.parse_args()
+    Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Render benchmark results as a Markdown table and a PNG plot (throughput and latency against floors)."""
+from pathlib import Path
+
+TARGETS = {
+    "intake_first": ("intake first execution vs floor", ">= 0.70x"),
+    "intake_replay": ("intake replay vs floor", ">= 1.00x"),
+    "intake_p99_c16": ("intake p99 at concurrency 16 (first)", "<= 50 ms"),
+    "delivery": ("delivery vs Celery floor (2 processes)", ">= 0.80x"),
+    "e2e_idle_p50": ("end-to-end p50, idle queue", "<= 50 ms"),
+    "fanout_100_p99": ("fan-out to 100 endpoints: intake p99", "<= 100 ms"),
+    "prune_rate": ("prune rows/s", ">= 100,000"),
+    "prune_p99_ratio": ("intake p99 during prune vs without", "<= 2.00x"),
+}
+
+
+def _intake(results, mode, target, connections):
+    return next(r for r in results["intake"] if r["mode"] == mode and r["target"] == target
+                and r["connections"] == connections)
+
+
+def headline(results: dict) -> list[tuple[str, str, str, bool]]:
+    rows = []
+    if "intake" in results:
+        for mode, key, floor_ratio in (("first", "intake_first", 0.7), ("replay", "intake_replay", 1.0)):
+            ratio = _intake(results, mode, "herald", 16)["rps"] / _intake(results, mode, "floor", 16)["rps"]
+            rows.append((*TARGETS[key], f"{ratio:.2f}x (c=16)", ratio >= floor_ratio))
+        p99 = _intake(results, "first", "herald", 16)["p99_ms"]
+        rows.append((*TARGETS["intake_p99_c16"], f"{p99:.1f} ms", p99 <= 50))
+    if "delivery" in results:
+        ratio = results["delivery"][-1]["ratio"]
+        rows.append((*TARGETS["delivery"], f"{ratio:.2f}x", ratio >= 0.8))
+    if "end_to_end" in results:
+        p50 = results["end_to_end"]["idle"]["p50_ms"]
+        rows.append((*TARGETS["e2e_idle_p50"], f"{p50:.1f} ms", p50 <= 50))
+    if "fan_out" in results:
+        p99 = results["fan_out"][-1]["intake_p99_ms"]
+        rows.append((*TARGETS["fanout_100_p99"], f"{p99:.1f} ms", p99 <= 100))
+    if "prune" in results:
+        rate = results["prune"]["rows_per_second"]
+        rows.append((*TARGETS["prune_rate"], f"{rate:,.0f}", rate >= 100_000))
+        ratio = results["prune"]["p99_ratio"]
+        rows.append((*TARGETS["prune_p99_ratio"], f"{ratio:.2f}x", ratio <= 2))
+    return rows
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Python {m['python']}, "
+             f"PostgreSQL {m['postgres']}; {'quick' if results.get('quick') else 'full'} run {results['started']}.",
+             "", "| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += [f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} |" for name, goal, value, ok in headline(results)]
+    if "intake" in results:
+        lines += ["", "Intake (gunicorn 3 workers x 8 threads, wrk):", "",
+                  "| mode | conc. | Herald req/s | floor req/s | ratio | Herald p50 / p99 ms | floor p50 / p99 ms |",
+                  "|---|---|---|---|---|---|---|"]
+        for mode in ("first", "replay", "mix"):
+            for c in (1, 16, 64):
+                h, f = _intake(results, mode, "herald", c), _intake(results, mode, "floor", c)
+                lines.append(f"| {mode} | {c} | {h['rps']:.0f} | {f['rps']:.0f} | {h['rps'] / f['rps']:.2f} | "
+                             f"{h['p50_ms']:.1f} / {h['p99_ms']:.1f} | {f['p50_ms']:.1f} / {f['p99_ms']:.1f} |")
+    if "delivery" in results:
+        lines += ["", "| delivery | Herald /s | Celery floor /s | ratio | worker peak RSS MB |", "|---|---|---|---|---|"]
+        for row in results["delivery"]:
+            lines.append(f"| {row['worker_processes']} process(es) | {row['herald']['per_second']:.0f} | "
+                         f"{row['floor']['per_second']:.0f} | {row['ratio']:.2f} | {row['herald']['worker_peak_rss_mb']} |")
+    if "end_to_end" in results:
+        e = results["end_to_end"]
+        lines += ["", f"End to end (202 → receiver): idle p50 {e['idle']['p50_ms']:.1f} ms, p99 {e['idle']['p99_ms']:.1f} ms; "
+                      f"at {e['loaded']['rate_per_s']:.0f} events/s p50 {e['loaded']['p50_ms']:.1f} ms, "
+                      f"p99 {e['loaded']['p99_ms']:.1f} ms."]
+    if "fan_out" in results:
+        lines += ["", "| fan-out | intake req/s | intake p50 / p99 ms | deliveries/s |", "|---|---|---|---|"]
+        for row in results["fan_out"]:
+            lines.append(f"| {row['endpoints']} endpoints | {row['intake_rps']:.0f} | {row['intake_p50_ms']:.1f} / "
+                         f"{row['intake_p99_ms']:.1f} | {row['deliveries_per_second']:.0f} |")
+    if "prune" in results:
+        p = results["prune"]
+        lines += ["", f"Prune: {p['rows']:,} expired keys in {p['batches']} batches, {p['seconds']:.2f} s "
+                      f"({p['rows_per_second']:,.0f} rows/s); intake p99 {p['intake_p99_ms_without']:.1f} ms without, "
+                      f"{p['intake_p99_ms_during']:.1f} ms during."]
+    if "memory" in results:
+        web = results["memory"]["web_peak_rss_mb"]
+        lines += ["", f"Peak RSS: gunicorn processes {', '.join(f'{v} MB' for v in web.values())}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    if "intake" in results:
+        labels, herald, floor = [], [], []
+        for mode in ("first", "replay", "mix"):
+            for c in (1, 16, 64):
+                labels.append(f"{mode}\nc={c}")
+                herald.append(_intake(results, mode, "herald", c)["rps"])
+                floor.append(_intake(results, mode, "floor", c)["rps"])
+        x = range(len(labels))
+        axes[0].bar([i - 0.2 for i in x], herald, 0.4, label="Herald")
+        axes[0].bar([i + 0.2 for i in x], floor, 0.4, label="floor (key only)")
+        axes[0].set_xticks(list(x), labels, fontsize=7)
+        axes[0].set_ylabel("requests/s")
+        axes[0].set_title("Intake throughput")
+        axes[0].legend()
+        pcts = [50, 75, 90, 99, 99.9]
+        for target, style in (("herald", "-o"), ("floor", "--s")):
+            for mode in ("first", "replay"):
+                row = _intake(results, mode, target, 16)
+                values = [row["p50_ms"], row["p75_ms"], row["p90_ms"], row["p99_ms"], row["p999_ms"]]
+                axes[1].plot([str(p) for p in pcts], values, style, label=f"{target} {mode}")
+        axes[1].set_ylabel("latency ms")
+        axes[1].set_xlabel("percentile (c=16)")
+        axes[1].set_title("Intake latency distribution")
+        axes[1].legend(fontsize=8)
+    if "delivery" in results:
+        rows = results["delivery"]
+        x = range(len(rows))
+        axes[2].bar([i - 0.2 for i in x], [r["herald"]["per_second"] for r in rows], 0.4, label="Herald")
+        axes[2].bar([i + 0.2 for i in x], [r["floor"]["per_second"] for r in rows], 0.4, label="Celery floor")
+        axes[2].set_xticks(list(x), [f"{r['worker_processes']} worker proc." for r in rows])
+        axes[2].set_ylabel("deliveries/s")
+        axes[2].set_title("Delivery throughput")
+        axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_report(results: dict, directory: Path) -> None:
+    (directory / "results.md").write_text(markdown(results))
+    plot(results, directory / "results.png")

@@ -1,0 +1,152 @@
+"""Processes for a benchmark run: gunicorn, Celery workers, beat and the receiver, on a fresh database."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+LOGS = ROOT / ".data" / "bench"
+DB_NAME = "herald_bench"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def base_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DATABASE_URL": f"postgres://127.0.0.1:5432/{DB_NAME}",
+        "REDIS_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
+        "CELERY_BROKER_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
+        "HERALD_QUEUE": "herald-bench",
+        "DEBUG": "false",
+        "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+        "LOG_LEVEL": "WARNING",
+        "HERALD_LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def recreate_database() -> None:
+    with psycopg.connect("host=127.0.0.1 dbname=postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+    subprocess.run([str(BIN / "python"), "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=base_env(), check=True)
+
+
+class Proc:
+    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None):
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.log = LOGS / f"{name}.log"
+        self._fh = open(self.log, "wb")
+        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._fh, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        deadline = time.monotonic() + 60
+        while ready and ready not in self.log.read_text(errors="replace"):
+            if self.popen.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{name} did not start:\n{self.log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+
+    def pids(self) -> list[int]:
+        """The process and its children (gunicorn workers, Celery pool processes)."""
+        out = [self.popen.pid]
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                try:
+                    if os.getpgid(int(proc.name)) == self.popen.pid:
+                        out.append(int(proc.name))
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return sorted(set(out))
+
+    def peak_rss_mb(self) -> dict[int, float]:
+        peaks = {}
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peaks[pid] = int(line.split()[1]) / 1024
+            except FileNotFoundError:
+                pass
+        return peaks
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.popen.wait(15)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._fh.close()
+
+
+WEB_WORKERS = 3
+WEB_THREADS = 8
+
+
+def gunicorn(port: int, **env) -> Proc:
+    """The same server, same worker settings, for Herald and for the floor."""
+    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(WEB_WORKERS),
+            "--threads", str(WEB_THREADS), "--backlog", "1024", "--preload"]
+    proc = Proc("gunicorn", argv, base_env(**env), ready="Booting worker")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            requests.get(f"{url}/healthz", timeout=2)
+            break
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    proc.url = url
+    return proc
+
+
+def worker(name: str, concurrency: int, **env) -> Proc:
+    argv = [str(BIN / "celery"), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(concurrency),
+            "--loglevel", "INFO", "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle",
+            "--without-heartbeat"]
+    env = base_env(**env)
+    env["LOG_LEVEL"] = "INFO"  # the ready line is logged at INFO
+    return Proc(f"worker-{name}", argv, env, ready="ready.")
+
+
+def beat(**env) -> Proc:
+    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule",
+            str(LOGS / "celerybeat-schedule")]
+    e = base_env(**env)
+    e["LOG_LEVEL"] = "INFO"
+    return Proc("beat", argv, e, ready="beat: Starting...")
+
+
+def receiver(port: int) -> Proc:
+    proc = Proc("receiver", [str(BIN / "python"), "-m", "bench.receiver", str(port)], base_env())
+    proc.url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            requests.get(f"{proc.url}/stats", timeout=1)
+            return proc
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
