@@ -77,7 +77,8 @@ def test_oversize_body_is_413(api, settings):
     assert api.post("events", {"type": "a.b", "data": {"blob": "x" * 100}}).status_code == 202
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                                          "application/vnd.herald+json"])
 def test_non_json_content_type_is_415(api, content_type):
     response = api.post("events", raw='{"type": "a.b", "data": {}}', content_type=content_type)
     _assert_problem(response, 415, "unsupported_media_type")
