@@ -5,6 +5,7 @@ This is the one place that reads the environment; the rest of the code reads `dj
 from pathlib import Path
 
 import dj_database_url
+from kombu import Exchange, Queue
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -158,6 +159,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
 # --- Celery (read by config/celery.py with the CELERY_ namespace) ---------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_TASK_DEFAULT_QUEUE = env_str("HERALD_QUEUE", "herald")
+# Beat's tasks, and the retries and recovered deliveries its dispatcher publishes, get a queue of
+# their own, which workers serve in turn with the main one: behind a backlog of fresh deliveries
+# the dispatcher and a crashed worker's delivery would otherwise wait their turn for minutes.
+HERALD_PERIODIC_QUEUE = CELERY_TASK_DEFAULT_QUEUE + "-periodic"
+CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name)
+                           for name in (CELERY_TASK_DEFAULT_QUEUE, HERALD_PERIODIC_QUEUE))
+CELERY_TASK_ROUTES = {name: {"queue": HERALD_PERIODIC_QUEUE} for name in (
+    "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys")}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -193,8 +202,13 @@ CELERY_TASK_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 20
 # so the lease) or a slow delivery would be handed to a second worker while still running.
 CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = int(max(300, 4 * CELERY_TASK_TIME_LIMIT))
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# A periodic task not started before its next run is due is dropped (expires), so beat never
+# piles up copies of the same work while the workers are busy.
 CELERY_BEAT_SCHEDULE = {
-    "dispatch-due-deliveries": {"task": "webhooks.dispatch_due", "schedule": WEBHOOK_DISPATCH_INTERVAL_SECONDS},
-    "prune-idempotency-keys": {"task": "intake.prune_idempotency_keys", "schedule": 3600.0},
-    "disable-failing-endpoints": {"task": "webhooks.disable_failing_endpoints", "schedule": 300.0},
+    "dispatch-due-deliveries": {"task": "webhooks.dispatch_due", "schedule": WEBHOOK_DISPATCH_INTERVAL_SECONDS,
+                                "options": {"expires": max(10.0, 4 * WEBHOOK_DISPATCH_INTERVAL_SECONDS)}},
+    "prune-idempotency-keys": {"task": "intake.prune_idempotency_keys", "schedule": 3600.0,
+                               "options": {"expires": 3600.0}},
+    "disable-failing-endpoints": {"task": "webhooks.disable_failing_endpoints", "schedule": 300.0,
+                                  "options": {"expires": 300.0}},
 }

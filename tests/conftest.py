@@ -20,20 +20,21 @@ def _fresh_credential_cache():
 def broker():
     """The real Redis broker: purge the test queue first, then read what was published to it."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    client.delete(queue)
+    queues = (settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE)
+    client.delete(*queues)
 
     class Broker:
         redis = client
 
         @staticmethod
-        def published() -> list[tuple[str, list]]:
-            """(task name, args) of every message waiting in the queue, oldest first."""
+        def published(queue: str | None = None) -> list[tuple[str, list]]:
+            """(task name, args) of every message waiting in Herald's queues (or one), oldest first."""
             out = []
-            for raw in reversed(client.lrange(queue, 0, -1)):
-                message = json.loads(raw)
-                args = json.loads(base64.b64decode(message["body"]))[0]
-                out.append((message["headers"]["task"], args))
+            for name in (queue,) if queue else queues:
+                for raw in reversed(client.lrange(name, 0, -1)):
+                    message = json.loads(raw)
+                    args = json.loads(base64.b64decode(message["body"]))[0]
+                    out.append((message["headers"]["task"], args))
             return out
 
         @classmethod
@@ -41,7 +42,7 @@ def broker():
             return [args[0] for task, args in cls.published() if task == "webhooks.deliver"]
 
     yield Broker
-    client.delete(queue)
+    client.delete(*queues)
 
 
 class Api:

@@ -1,10 +1,12 @@
 """Nothing is lost and nothing is sent twice at once: crashes, broker loss and duplicate tasks."""
 import time
+from datetime import timedelta
 
 import pytest
 import redis
 import requests
 from django.conf import settings
+from django.utils import timezone
 
 from tests.conftest import wait_until
 from tests.processes import RedisServer, celery_beat, celery_worker, free_port, gunicorn
@@ -135,3 +137,28 @@ def test_a_private_address_is_refused_at_connect_time(api, receiver, processes):
         (attempt,) = api.get(f"deliveries/{delivery_id}").json()["attempts"]
         assert attempt["response_status"] is None and "blocked" in attempt["error"]
     assert receiver.received == []
+
+
+def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, processes, broker):
+    # given a delivery whose task was lost (removed from Redis) ...
+    _endpoint(api, receiver.url("/slow"), event_types=["slow.*"])
+    _endpoint(api, receiver.url("/lost"), event_types=["lost.*"])
+    lost = api.post("events", {"type": "lost.thing", "data": {}}).json()["deliveries"][0]["id"]
+    (message,) = [raw for raw in broker.redis.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)
+                  if lost.encode() in raw]
+    broker.redis.lrem(settings.CELERY_TASK_DEFAULT_QUEUE, 1, message)
+    # ... and, queued after it, about 12 s of slow deliveries for a one-process worker
+    receiver.script("/slow", *[Answer(delay=0.8)] * 15)
+    slow = [api.post("events", {"type": "slow.thing", "data": {"n": n}}).json()["deliveries"][0]["id"]
+            for n in range(15)]
+    time.sleep(settings.WEBHOOK_REDISPATCH_AFTER_SECONDS)
+    processes(celery_worker("backlogged"))
+    processes(celery_beat())
+
+    # then beat's dispatcher finds it lost and sends it long before the backlog drains
+    receiver.wait_for(1, "/lost", timeout=8)
+    assert len(receiver.requests_to("/slow")) < 10
+    # and the slow ones, still waiting in the queue, were not published a second time
+    wait_until(lambda: _all_succeeded(slow), timeout=30)
+    assert len(receiver.requests_to("/slow")) == 15
+    assert all(d.attempt_count == 1 for d in Delivery.objects.filter(pk__in=slow))

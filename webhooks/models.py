@@ -113,6 +113,8 @@ class Delivery(models.Model):
         indexes = [
             models.Index(fields=["next_attempt_at"], name="delivery_due",
                          condition=models.Q(status="pending")),
+            models.Index(fields=["-enqueued_at"], name="delivery_waiting",
+                         condition=models.Q(status="pending", locked_until__isnull=True)),
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
             models.Index(fields=["endpoint", "-id"], name="delivery_endpoint"),
         ]

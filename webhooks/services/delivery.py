@@ -62,17 +62,40 @@ UPDATE {_DELIVERY}
  WHERE id = %(id)s AND locked_until = %(lease_end)s
 """
 
-# Due, free, and not published recently (a task still waiting in the queue is not duplicated).
+# What beat's dispatcher publishes, oldest due first:
+# - a retry that has come due (record cleared enqueued_at);
+# - a delivery claimed by a worker that died (its lease ran out with no record);
+# - a delivery published over WEBHOOK_REDISPATCH_AFTER_SECONDS ago, never claimed, and older than
+#   every message its queue still holds: queues are FIFO, so if the main queue holds N messages, the
+#   N most recently published unclaimed deliveries of intake are presumed waiting there and older
+#   ones lost (flush, restart); likewise for the periodic queue and what the system re-published
+#   (enqueued_at moved past created_at). This keeps a long backlog from being published again and
+#   again while it waits its turn, and still finds a lost task within the window.
 _DISPATCH_SQL = f"""
-UPDATE {_DELIVERY} SET enqueued_at = now()
- WHERE id IN (
+WITH waiting_main AS (
+    SELECT id FROM {_DELIVERY}
+     WHERE status = 'pending' AND locked_until IS NULL AND enqueued_at = created_at
+     ORDER BY enqueued_at DESC
+     LIMIT %(in_main)s
+), waiting_periodic AS (
+    SELECT id FROM {_DELIVERY}
+     WHERE status = 'pending' AND locked_until IS NULL AND enqueued_at > created_at
+     ORDER BY enqueued_at DESC
+     LIMIT %(in_periodic)s
+), due AS (
     SELECT id FROM {_DELIVERY}
      WHERE status = 'pending' AND next_attempt_at <= now()
        AND (locked_until IS NULL OR locked_until < now())
-       AND (enqueued_at IS NULL OR enqueued_at < now() - make_interval(secs => %(redispatch)s))
+       AND (enqueued_at IS NULL
+            OR locked_until IS NOT NULL
+            OR (enqueued_at < now() - make_interval(secs => %(redispatch)s)
+                AND id NOT IN (SELECT id FROM waiting_main) AND id NOT IN (SELECT id FROM waiting_periodic)))
      ORDER BY next_attempt_at
      LIMIT %(batch)s
-     FOR UPDATE SKIP LOCKED)
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE {_DELIVERY} SET enqueued_at = now(), locked_until = NULL
+ WHERE id IN (SELECT id FROM due)
 RETURNING id
 """
 
@@ -185,15 +208,25 @@ def delivery_record(*, claim: Claim, started_at: datetime, result: transport.Att
 
 
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
-    """Publish a task for every due, free delivery whose task is not already waiting (beat)."""
+    """Publish a task for every due delivery that needs one (beat); see _DISPATCH_SQL for which."""
     from webhooks.services.events import deliveries_enqueue
+    from webhooks.tasks import broker_backlog
 
+    try:
+        backlog = broker_backlog()
+    except Exception as exc:  # broker down: nothing could be published anyway; try next run
+        logger.warning("dispatch.broker_unavailable", extra={"error": repr(exc)})
+        return []
     with connection.cursor() as cursor:
         cursor.execute(_DISPATCH_SQL, {"redispatch": settings.WEBHOOK_REDISPATCH_AFTER_SECONDS,
-                                       "batch": batch or settings.WEBHOOK_DISPATCH_BATCH})
+                                       "batch": batch or settings.WEBHOOK_DISPATCH_BATCH,
+                                       "in_main": backlog[settings.CELERY_TASK_DEFAULT_QUEUE],
+                                       "in_periodic": backlog[settings.HERALD_PERIODIC_QUEUE]})
         ids = [row[0] for row in cursor.fetchall()]
     if ids:  # if the broker is still down they stay due, and the next run picks them up again
-        deliveries_enqueue(delivery_ids=ids, inline=True)
+        # Retries and recovered deliveries go to the periodic queue, which workers serve in turn
+        # with the main one: a backlog of fresh events cannot hold them back.
+        deliveries_enqueue(delivery_ids=ids, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
     return ids
 
 
@@ -207,8 +240,9 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     if updated:
         from webhooks.services.events import deliveries_enqueue
 
-        delivery_ids = [delivery.pk]
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
+        delivery_ids = [delivery.pk]  # re-published by the system: the periodic queue, like retries
+        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids,
+                                                         queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
     delivery.refresh_from_db()
     return delivery
 

@@ -80,7 +80,7 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     return event
 
 
-def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None) -> None:
+def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None, queue: str | None = None) -> None:
     """Publish one delivery task per id, in one round trip to the broker.
 
     Building a Celery message costs a fraction of a millisecond of CPU; for a large fan-out the web
@@ -93,12 +93,13 @@ def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None) -
         inline = len(delivery_ids) <= settings.WEBHOOK_INLINE_ENQUEUE_MAX
     try:
         if len(delivery_ids) == 1:  # the common case: a pipeline would only add overhead
-            deliver.apply_async((delivery_ids[0],), argsrepr=delivery_ids[0], kwargsrepr="")
+            deliver.apply_async((delivery_ids[0],), queue=queue, argsrepr=delivery_ids[0], kwargsrepr="")
             return
         with deliver.app.producer_or_acquire() as producer, producer.batch():
             if inline:
                 for delivery_id in delivery_ids:
-                    deliver.apply_async((delivery_id,), producer=producer, argsrepr=delivery_id, kwargsrepr="")
+                    deliver.apply_async((delivery_id,), producer=producer, queue=queue, argsrepr=delivery_id,
+                                        kwargsrepr="")
             else:
                 chunk = settings.WEBHOOK_ENQUEUE_CHUNK
                 for start in range(0, len(delivery_ids), chunk):
