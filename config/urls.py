@@ -14,3 +14,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
 ]
+
+handler404 = "intake.problems.not_found"
+handler500 = "intake.problems.server_error"

@@ -111,3 +111,14 @@ class NotFound(exceptions.NotFound):
 
     default_detail = "No such object."
 
+
+
+def server_error(request, *args, **kwargs) -> HttpResponse:
+    """handler500: problem+json like every other error (SPEC §5), never Django's HTML page."""
+    return problem_response(status_code=500, code="server_error",
+                            detail="Something went wrong on our side; retry with the same Idempotency-Key.")
+
+
+def not_found(request, exception=None) -> HttpResponse:
+    """handler404 for URLs that match no route."""
+    return problem_response(status_code=404, code="not_found", detail=f"No route for {request.path}.")

@@ -63,7 +63,9 @@ def test_missing_or_wrong_token_is_401(api, header):
     assert _nothing_stored()
 
 
-@pytest.mark.parametrize("raw", ["{oops", '{"type": "a.b", "data": NaN}', "\xff\xfe", '{"type": "a.b"'])
+@pytest.mark.parametrize("raw", ["{oops", '{"type": "a.b", "data": NaN}', "\xff\xfe", '{"type": "a.b"',
+                                 '{"type": "a.b", "data": {"k": "\\ud800"}}', '{"type": "a.b", "data": {"\\u0000": 1}}',
+                                 '{"type": "a.b", "data": ' + "[" * 5000 + "]" * 5000 + "}"])
 def test_malformed_json_is_400_never_500(api, raw):
     _assert_problem(api.post("events", raw=raw), 400, "validation_error")
     assert _nothing_stored()
@@ -89,3 +91,18 @@ def test_unknown_object_and_wrong_method_use_stable_codes(api):
     _assert_problem(api.get("events/evt_nope"), 404, "not_found")
     _assert_problem(api.client.put("/api/v1/events", "{}", content_type="application/json",
                                    headers={"Authorization": f"Bearer {api.token}"}), 405, "method_not_allowed")
+
+
+def test_escaped_text_postgres_can_store_is_accepted(api):
+    # a surrogate pair (an emoji) and other escapes are fine; only U+0000 and lone surrogates are not
+    response = api.post("events", raw='{"type": "a.b", "data": {"smile": "\\ud83d\\ude00", "tab": "\\t"}}')
+    assert response.status_code == 202
+    assert response.json()["data"] == {"smile": "\U0001F600", "tab": "\t"}
+
+
+def test_unrouted_paths_and_server_errors_are_problem_json(api, monkeypatch):
+    _assert_problem(api.client.get("/api/v1/nope"), 404, "not_found")
+    from intake import views
+
+    monkeypatch.setattr(views.EventListCreateView, "get", lambda self, request: 1 / 0)
+    _assert_problem(api.get("events"), 500, "server_error")
