@@ -3,7 +3,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import threading
 import time

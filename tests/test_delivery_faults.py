@@ -1,12 +1,9 @@
 """Nothing is lost and nothing is sent twice at once: crashes, broker loss and duplicate tasks."""
 import time
-from datetime import timedelta
 
 import pytest
-import redis
 import requests
 from django.conf import settings
-from django.utils import timezone
 
 from tests.conftest import wait_until
 from tests.processes import RedisServer, celery_beat, celery_worker, free_port, gunicorn

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from webhooks import ids
@@ -42,14 +41,6 @@ SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id F
   FROM matched
 RETURNING id, endpoint_id
 """
-
-
-def endpoints_matching(*, tenant: Tenant, event_type: str, channels: list[str]):
-    """Enabled endpoints subscribed to this type and sharing a channel (the same rule as intake's SQL)."""
-    type_match = Q(event_types=[]) | Q(event_types__overlap=matching_patterns(event_type))
-    channel_match = Q(channels=[]) | Q(channels__overlap=channels) if channels else Q(channels=[])
-    return Endpoint.objects.filter(tenant=tenant, enabled=True, deleted_at__isnull=True).filter(
-        type_match, channel_match)
 
 
 def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[str],
