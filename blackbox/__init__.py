@@ -1,0 +1,1 @@
+"""Herald black-box suite: real processes, real faults, verdicts from the outside (see scripts/blackbox)."""

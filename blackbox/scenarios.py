@@ -1,0 +1,925 @@
+"""The scenarios: each drives Herald from outside over HTTP, injects its fault, and returns one report row."""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from blackbox import checks, fuzz
+from blackbox.checks import Db
+from blackbox.client import Api, Reply
+from blackbox.receivers import AlwaysOk, Flapping, Gone, Receiver, Receivers, Slow
+from blackbox.stack import INTAKE_MAX_BODY_BYTES, RETRY_SCHEDULE, TIMEOUT_SECONDS, Stack, socket_owners, wait_until
+
+EVENTS = "/api/v1/events"
+JITTER = 0.1
+RECOVERY_LIMIT = 2 * TIMEOUT_SECONDS + 30  # SPEC §6: a dead worker's delivery is sent again within this
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    storm_events: int
+    storm_clients: int
+    kill_events: int
+    broker_events: int
+    db_events: int
+    db_clients: int
+    flap_events: int
+    fuzz_examples: int
+    fuzz_seconds: float
+    soak_seconds: float
+    soak_rate: float
+    rss_limit_mb: float
+    settle_seconds: float
+
+
+PROFILES = {
+    "short": Profile("short", storm_events=300, storm_clients=40, kill_events=150, broker_events=90, db_events=120,
+                     db_clients=8, flap_events=45, fuzz_examples=300, fuzz_seconds=100, soak_seconds=30,
+                     soak_rate=20, rss_limit_mb=150, settle_seconds=90),
+    "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=400, broker_events=400, db_events=600,
+                    db_clients=20, flap_events=300, fuzz_examples=3000, fuzz_seconds=900, soak_seconds=300,
+                    soak_rate=20, rss_limit_mb=300, settle_seconds=300),
+}
+
+SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "fuzz", "soak"]
+ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
+           "flap": ["flapping"]}
+
+
+@dataclass
+class Result:
+    """One row of the report."""
+
+    scenario: str
+    load: str = ""
+    faults: str = "none"
+    inputs: int = 0
+    executed_twice: int = 0
+    lost: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    crashed: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and not self.lost and not self.executed_twice and not self.crashed
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else ("ERROR" if self.crashed else "FAIL")
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+    def as_dict(self) -> dict:
+        return checks.json_safe({
+            "scenario": self.scenario, "load": self.load, "faults": self.faults, "inputs": self.inputs,
+            "executed_twice": self.executed_twice, "lost": self.lost, "result": self.verdict,
+            "seconds": round(self.seconds, 1), "problems": self.problems, "notes": self.notes,
+            "details": self.details})
+
+
+@dataclass
+class Tenant:
+    name: str
+    api: Api
+    token: str
+    credential_id: int
+    tenant_id: str
+
+
+class Context:
+    """What every scenario shares: the stack, the profile, the receivers and a read-only database handle."""
+
+    def __init__(self, stack: Stack, profile: Profile, seed: int = 1):
+        self.stack = stack
+        self.profile = profile
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.receivers = Receivers()
+        self.db = Db(stack.pg.dsn)
+        self.run_id = uuid.uuid4().hex[:8]
+        self._canary: tuple[Tenant, Receiver] | None = None
+
+    def tenant(self, name: str) -> Tenant:
+        token = self.stack.create_credential(f"bb-{name}-{self.run_id}")
+        credential_id, tenant_id = self.db.credential(token)
+        return Tenant(name, Api(self.stack.base_url, token), token, credential_id, tenant_id)
+
+    def endpoint(self, tenant: Tenant, receiver: Receiver, event_types: list[str], suffix: str | None = None) -> dict:
+        """An endpoint at the receiver (at /hook/NAME, or /hook/NAME/SUFFIX), its secret given to the receiver."""
+        if suffix is None:
+            url, key = receiver.url, f"ep-{receiver.name}-{self.run_id}"
+        else:
+            path, url = receiver.path_url(suffix)
+            key = f"ep-{receiver.name}-{suffix}-{self.run_id}"
+        endpoint = tenant.api.create_endpoint(url, event_types, key=key)
+        if suffix is None:
+            receiver.secret = endpoint["secret"]
+        else:
+            receiver.secrets[path] = endpoint["secret"]
+        return endpoint
+
+    def heal(self) -> list[str]:
+        """Between scenarios: every Herald process alive and a canary event delivered, else restart them."""
+        stack = self.stack
+        notes = []
+        dead = [name for name, proc in stack.procs.items() if not proc.alive()]
+        if dead:
+            notes.append(f"after this scenario {', '.join(dead)} had exited; the harness replaced "
+                         f"{'them' if len(dead) > 1 else 'it'}")
+        if any(not name.startswith("w") for name in dead):  # gunicorn or beat: start everything afresh
+            stack.restart_herald(f"{dead} had exited")
+            dead = []
+        for name in dead:
+            stack.procs.pop(name).stop()
+        for _ in range(2 - len(stack.workers())):
+            stack.start_worker()
+        if self._canary is None:
+            tenant = self.tenant("canary")
+            receiver = self.receivers.new("canary", AlwaysOk())
+            self.endpoint(tenant, receiver, ["canary.*"])
+            self._canary = (tenant, receiver)
+        tenant, receiver = self._canary
+        key = f"canary-{uuid.uuid4().hex}"
+        replies = tenant.api.post_retrying(EVENTS, event_body("canary", key, 0), key, budget=30)
+        delivered = False
+        if replies and replies[-1].status == 202:
+            delivered = not receiver.wait_for_ids({replies[-1].json()["id"]}, timeout=30)
+        if not delivered:
+            notes.append("canary not delivered within 30 s after this scenario: every Herald process was restarted")
+            stack.restart_herald(notes[-1])
+        return notes
+
+    def close(self) -> None:
+        self.receivers.close()
+        self.db.close()
+
+
+def event_body(prefix: str, key: str, n: int) -> dict:
+    return {"type": f"{prefix}.created", "data": {"key": key, "scenario": prefix, "n": n}}
+
+
+# ---------------------------------------------------------------- shared machinery
+
+
+class Load:
+    """Posts events with the retrying client from a pool of client threads, in the background."""
+
+    def __init__(self, api: Api, bodies: dict[str, dict], clients: int, budget: float, seed: int = 0):
+        self.api = api
+        self.bodies = bodies
+        self.clients = clients
+        self.budget = budget
+        self.replies: dict[str, list[Reply]] = {}
+        self.done = 0
+        self._lock = threading.Lock()
+        self._seed = seed
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def _job(self, key: str) -> None:
+        rng = random.Random(f"{self._seed}-{key}")
+        replies = self.api.post_retrying(EVENTS, self.bodies[key], key, budget=self.budget, rng=rng)
+        with self._lock:
+            self.replies[key] = replies
+            self.done += 1
+
+    def _run(self) -> None:
+        with ThreadPoolExecutor(self.clients, thread_name_prefix="client") as pool:
+            list(pool.map(self._job, list(self.bodies)))
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def all_replies(self) -> list[Reply]:
+        with self._lock:
+            return [reply for replies in self.replies.values() for reply in replies]
+
+
+def check_intake(result: Result, ctx: Context, tenant: Tenant, replies_by_key: dict[str, list[Reply]],
+                 keys: list[str]) -> set[str]:
+    """Exactly one event per key, every 202 of a key the same, every answered event in the database.
+
+    Returns the ids of every event Herald holds for the tenant (what must be delivered).
+    """
+    events_by_key = ctx.db.events_by_key(tenant.tenant_id)
+    twice = checks.executed_twice(events_by_key)
+    if twice:
+        result.executed_twice += sum(twice.values())
+        result.problem(f"{len(twice)} keys executed more than once, e.g. {sorted(twice)[:3]}")
+    finals = {key: replies[-1] for key, replies in replies_by_key.items() if replies}
+    first_202 = {}
+    for key, replies in replies_by_key.items():
+        ok = sorted((r for r in replies if r.status == 202), key=lambda r: r.sent)
+        if ok:
+            first_202[key] = ok[0]
+    accepted = set(first_202)
+    unanswered = set(keys) - accepted
+    if unanswered:
+        examples = [finals[k].short() if k in finals else "never sent" for k in sorted(unanswered)[:3]]
+        result.problem(f"{len(unanswered)} keys never got a 202 within the client's budget: {examples}")
+    missing = checks.missing_keys(accepted, events_by_key)
+    if missing:
+        result.lost += len(missing)
+        result.problem(f"{len(missing)} keys answered 202 but have no event in the database")
+    inconsistent = 0
+    for key in accepted:
+        bodies = {r.body for r in replies_by_key[key] if r.status == 202}
+        if len(bodies) > 1:
+            inconsistent += 1
+    if inconsistent:
+        result.problem(f"{inconsistent} keys got 202s with different bodies")
+    db_ids = {event_id for ids in events_by_key.values() for event_id in ids}
+    answered_ids = {first_202[key].json()["id"] for key in accepted}
+    phantom = answered_ids - db_ids
+    if phantom:
+        result.lost += len(phantom)
+        result.problem(f"{len(phantom)} event ids answered with 202 are not in the database")
+    strays = set(events_by_key) - set(keys)
+    if strays:
+        result.problem(f"{len(strays)} events for keys nobody sent")
+    return db_ids
+
+
+def check_delivered(result: Result, ctx: Context, tenant: Tenant, receivers: list[Receiver], event_ids: set[str],
+                    timeout: float, duplicates_allowed: bool,
+                    fanout: list[tuple[Receiver, str, set[str]]] = ()) -> None:
+    """Every event arrives (answered 2xx, signature verified) and is `succeeded` in the database.
+
+    `event_ids` must arrive at one of `receivers`; each (receiver, path, ids) of `fanout` at that path too.
+    """
+    deadline = time.monotonic() + timeout
+    missing = set(event_ids)
+    fan_missing = [(receiver, path, set(ids)) for receiver, path, ids in fanout]
+    while time.monotonic() < deadline:
+        for receiver in receivers:
+            missing -= receiver.succeeded_ids()
+        for receiver, path, ids in fan_missing:
+            ids -= receiver.succeeded_ids(path)
+        if not missing and not any(ids for _, _, ids in fan_missing):
+            break
+        time.sleep(0.5)
+    if missing:
+        result.lost += len(missing)
+        result.problem(f"{len(missing)} of {len(event_ids)} deliveries never arrived within {timeout:.0f}s")
+    fan_lost = sum(len(ids) for _, _, ids in fan_missing)
+    if fan_lost:
+        result.lost += fan_lost
+        result.problem(f"{fan_lost} fan-out deliveries never arrived within {timeout:.0f}s")
+    not_done: dict = {}
+
+    def db_settled():
+        nonlocal not_done
+        deliveries = ctx.db.deliveries(tenant.tenant_id)
+        not_done = {d["id"]: d["status"] for d in deliveries.values()
+                    if d["event_id"] in event_ids and d["status"] != "succeeded"}
+        return not not_done
+
+    try:
+        wait_until(db_settled, 20, 0.5, "deliveries to be succeeded in the database")
+    except TimeoutError:
+        result.problem(f"{len(not_done)} deliveries not `succeeded` in the database: "
+                       f"{checks.histogram(not_done.values())}")
+    result.details["delivery_status"] = ctx.db.status_counts(tenant.tenant_id)
+    check_receivers(result, receivers + [r for r, _, _ in fanout], duplicates_allowed)
+
+
+def check_receivers(result: Result, receivers: list[Receiver], duplicates_allowed: bool) -> None:
+    """Signatures verify, bodies are identical per webhook-id, and no webhook is ever sent twice at once."""
+    receivers = list({id(r): r for r in receivers}.values())
+    hits = [hit for receiver in receivers for hit in receiver.snapshot()]
+    unverified = [h for h in hits if not h.verified]
+    if unverified:
+        result.problem(f"{len(unverified)} received webhooks failed verification: {unverified[0].verify_error}")
+    by_id: dict[str, list] = defaultdict(list)  # one delivery: one endpoint (receiver path) and one webhook-id
+    for receiver in receivers:
+        for hit in receiver.snapshot():
+            by_id[f"{receiver.name}{hit.path}#{hit.webhook_id}"].append(hit)
+    body_problems = checks.body_problems(by_id)
+    if body_problems:
+        result.problem(f"{len(body_problems)} webhooks sent with differing bodies: {body_problems[:2]}")
+    concurrent = {}
+    for receiver in receivers:
+        concurrent.update(receiver.concurrent_ids())
+    if concurrent:
+        result.executed_twice += len(concurrent)
+        result.problem(f"{len(concurrent)} webhooks were being sent twice at the same moment")
+    resent = {wid: n for wid, hs in by_id.items()
+              if (n := sum(1 for h in hs if h.answered is not None and 200 <= h.answered < 300)) > 1}
+    result.details["received"] = len(hits)
+    result.details["redelivered_after_2xx"] = len(resent)
+    if resent:
+        if duplicates_allowed:
+            result.notes.append(f"{len(resent)} webhooks arrived again after a 2xx (allowed: at-least-once)")
+        else:
+            result.executed_twice += len(resent)
+            result.problem(f"{len(resent)} webhooks were sent again after the receiver answered 2xx")
+
+
+def answer_summary(replies: list[Reply]) -> dict:
+    return dict(Counter(("no answer" if r.status is None else str(r.status)) +
+                        (f" {r.code}" if r.code else "") + (" replay" if r.replay else "") for r in replies))
+
+
+KNOWN_UPSTREAM_EXITS = ("'NoneType' object has no attribute 'hostname'",)
+
+
+def check_survivors(result: Result, stack: Stack, before: dict[str, list[int]], spared: tuple[str, ...] = ()) -> None:
+    """Every Herald process running before the fault still runs: a fault must not take a process down."""
+    for name, pids in before.items():
+        if name in spared:
+            continue
+        proc = stack.procs.get(name)
+        if proc is None or not proc.alive():
+            reason = last_fatal_line(proc) if proc else "gone"
+            message = f"{name} (pid {pids[0] if pids else '?'}) exited during the fault: {reason}"
+            if any(known in reason for known in KNOWN_UPSTREAM_EXITS):
+                # Seen about once in 15 Redis restarts (kombu 5.7.0 Channel.close -> restore_unacked on a
+                # connection already gone). A supervisor restarts the worker (compose: unless-stopped) and
+                # the other worker carries on; lost or twice-executed work still fails the scenario.
+                result.notes.append(f"{message} (known kombu issue; not counted as a failure)")
+            else:
+                result.problem(message)
+        elif proc.pids() != pids:
+            result.notes.append(f"{name} changed child processes: {pids} → {proc.pids()}")
+
+
+def last_fatal_line(proc) -> str:
+    """The last CRITICAL (else ERROR) log message of a process, from its JSON log lines."""
+    found = {"CRITICAL": "", "ERROR": ""}
+    for line in proc.output().splitlines():
+        if '"level": "CRITICAL"' in line or '"level": "ERROR"' in line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            found[record.get("level", "ERROR")] = str(record.get("message", ""))[:160]
+    return found["CRITICAL"] or found["ERROR"] or f"exit code {proc.popen.returncode}"
+
+
+def _bodies(prefix: str, run_id: str, count: int) -> dict[str, dict]:
+    keys = [f"{prefix}-{run_id}-{n:05d}" for n in range(count)]
+    return {key: event_body(prefix, key, n) for n, key in enumerate(keys)}
+
+
+# ---------------------------------------------------------------- 1. retry storm
+
+
+def storm(ctx: Context) -> Result:
+    profile = ctx.profile
+    n, clients = profile.storm_events, profile.storm_clients
+    fan_width = 11  # with the `storm.*` endpoint, 12 deliveries per fan-out event: more than are published inline
+    result = Result("storm", load=f"{n} events (1 in 10 fanned out to 12), {clients} clients, 1-5 retries/key")
+    tenant = ctx.tenant("storm")
+    receiver = ctx.receivers.new("storm", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["storm.*"])
+    fan = ctx.receivers.new("storm-fan", AlwaysOk())
+    fan_paths = []
+    for index in range(fan_width):
+        ctx.endpoint(tenant, fan, ["storm.fanout"], suffix=str(index))
+        fan_paths.append(fan.path_url(str(index))[0])
+    bodies = _bodies("storm", ctx.run_id, n)
+    for n_, key in enumerate(bodies):
+        if n_ % 10 == 0:
+            bodies[key]["type"] = "storm.fanout"
+    keys = list(bodies)
+    replies: dict[str, list[Reply]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def send(key: str) -> None:
+        reply = tenant.api.post(EVENTS, bodies[key], key)
+        with lock:
+            replies[key].append(reply)
+
+    def client(my_keys: list[str], seed: int) -> None:
+        rng = random.Random(seed)
+        for key in my_keys:
+            retries = rng.randint(1, 5)
+            concurrent = rng.randint(1, min(2, retries)) if rng.random() < 0.6 else 0
+            threads = [threading.Thread(target=send, args=(key,), daemon=True) for _ in range(concurrent)]
+            for thread in threads:
+                thread.start()
+            send(key)  # the original, racing its concurrent retries
+            for thread in threads:
+                thread.join(60)
+            for _ in range(retries - concurrent):
+                if rng.random() < 0.3:
+                    time.sleep(rng.uniform(0, 0.05))
+                send(key)
+
+    started = time.monotonic()
+    shards = [keys[i::clients] for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(shard, ctx.seed * 1000 + i), daemon=True)
+               for i, shard in enumerate(shards)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(1.0, 600 - (time.monotonic() - started)))
+    if any(t.is_alive() for t in threads):
+        result.problem("storm clients still running after 600 s")
+    intake_seconds = time.monotonic() - started
+    # a key whose every answer was 409 or an error gets one patient retry, so the check below is about Herald
+    for key in keys:
+        if not any(r.status == 202 for r in replies[key]):
+            replies[key].extend(tenant.api.post_retrying(EVENTS, bodies[key], key, budget=30))
+    all_replies = [r for rs in replies.values() for r in rs]
+    result.inputs = len(all_replies)
+    result.details["answers"] = answer_summary(all_replies)
+    result.details["intake_seconds"] = round(intake_seconds, 1)
+    result.details["requests_per_second"] = round(len(all_replies) / max(intake_seconds, 0.001), 1)
+    bad_keys = {}
+    for key in keys:
+        problems = checks.key_answer_problems(replies[key])
+        if problems:
+            bad_keys[key] = problems
+    if bad_keys:
+        sample = next(iter(bad_keys.items()))
+        result.problem(f"{len(bad_keys)} keys got an answer other than their first 202 or a 409 in progress, "
+                       f"e.g. {sample[0]}: {sample[1][:2]}")
+    event_ids = check_intake(result, ctx, tenant, replies, keys)
+    events_by_key = ctx.db.events_by_key(tenant.tenant_id)
+    fanned = {event_id for key, ids in events_by_key.items() if bodies.get(key, {}).get("type") == "storm.fanout"
+              for event_id in ids}
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False,
+                    fanout=[(fan, path, fanned) for path in fan_paths])
+    return result
+
+
+# ---------------------------------------------------------------- 2. a worker killed mid-delivery
+
+
+def worker_kill(ctx: Context) -> Result:
+    profile = ctx.profile
+    stack = ctx.stack
+    n = profile.kill_events
+    slow = 1.2
+    result = Result("worker-kill", load=f"{n} events → receiver slow 200 ({slow:g}s)")
+    tenant = ctx.tenant("kill")
+    receiver = ctx.receivers.new("kill", Slow(slow))
+    ctx.endpoint(tenant, receiver, ["kill.*"])
+    bodies = _bodies("kill", ctx.run_id, n)
+    load = Load(tenant.api, bodies, clients=8, budget=60).start()
+
+    def victim():
+        peers = receiver.inflight()
+        if not peers:
+            return None
+        owners = socket_owners({port for port, _ in peers})
+        best = None
+        for name, proc in stack.workers().items():
+            pids = set(proc.pids())
+            ids = [wid for port, wid in peers if owners.get(port) in pids]
+            if ids and (best is None or len(ids) > len(best[1])):
+                best = (name, ids)
+        return best
+
+    try:
+        name, in_flight = wait_until(victim, 60, 0.05, "a worker with a delivery in flight")
+    except TimeoutError:
+        result.problem("no worker was ever seen with a delivery in flight; nothing was killed")
+        load.wait(120)
+        return result
+    proc = stack.procs[name]
+    pids = proc.pids()
+    before = stack.pid_snapshot()
+    killed_at = time.monotonic()
+    proc.kill()
+    stack.procs.pop(name).stop()
+    stack.log(f"worker-kill: SIGKILL process group {proc.pgid} of {name} (pids {pids}) with {in_flight} in flight")
+    result.faults = f"SIGKILL {name} group ({len(pids)} pids, {len(in_flight)} in flight)"
+    replacement = stack.start_worker()
+    result.notes.append(f"started {replacement.name} {time.monotonic() - killed_at:.1f}s after the kill")
+    if not load.wait(180):
+        result.problem("intake clients still running after 180 s")
+    queue_samples = []  # (deliver tasks queued, distinct deliveries among them, dispatch tasks queued, pending)
+
+    def sample_queue():
+        for _ in range(int(profile.settle_seconds)):  # bounded; stops when everything is delivered
+            pending = ctx.db.status_counts(tenant.tenant_id).get("pending", 0)
+            tasks = stack.redis.queued_tasks()
+            deliver = [arg for name, arg in tasks if name == "webhooks.deliver"]
+            dispatch = sum(1 for name, _ in tasks if name == "webhooks.dispatch_due")
+            queue_samples.append((len(deliver), len(set(deliver)), dispatch, pending))
+            if not pending or stop_sampling.wait(1.0):
+                return
+    stop_sampling = threading.Event()
+    sampler = threading.Thread(target=sample_queue, daemon=True)
+    sampler.start()
+    result.inputs = len(load.all_replies())
+    result.details["answers"] = answer_summary(load.all_replies())
+    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=True)
+    stop_sampling.set()
+    sampler.join(5)
+    if queue_samples:
+        result.details["queue_samples(deliver_tasks,distinct,dispatch_tasks,pending)"] = queue_samples
+        peak = max(queue_samples, key=lambda sample: sample[0])
+        result.notes.append(f"Redis queue at its peak: {peak[0]} deliver tasks for {peak[1]} distinct deliveries, "
+                            f"{max(s[2] for s in queue_samples)} dispatch_due runs waiting at most")
+    check_survivors(result, stack, before, spared=(name,))
+    by_id = receiver.by_id()
+    recovery = []
+    for webhook_id in in_flight:
+        later = [h for h in by_id.get(webhook_id, []) if h.arrived > killed_at and h.answered == 200]
+        if later:
+            recovery.append(later[0].arrived - killed_at)
+        else:
+            result.problem(f"{webhook_id}, in flight at the kill, was never sent again successfully")
+    if recovery:
+        result.details["recovery_seconds"] = [round(s, 1) for s in recovery]
+        if max(recovery) > RECOVERY_LIMIT:
+            result.problem(f"a killed worker's delivery came back after {max(recovery):.1f}s "
+                           f"(SPEC §6: within {RECOVERY_LIMIT:g}s)")
+        result.notes.append(f"in-flight deliveries sent again {min(recovery):.1f}-{max(recovery):.1f}s after the kill")
+    return result
+
+
+# ---------------------------------------------------------------- 3. the broker lost: restart, or FLUSHALL
+
+
+def broker(ctx: Context, mode: str) -> Result:
+    profile = ctx.profile
+    stack = ctx.stack
+    n = profile.broker_events
+    prefix = "brokerrestart" if mode == "restart" else "brokerflush"
+    result = Result(f"broker-{mode}", load=f"{n} events, 8 clients → receiver slow 200 (0.2s)")
+    tenant = ctx.tenant(prefix)
+    receiver = ctx.receivers.new(prefix, Slow(0.2))
+    ctx.endpoint(tenant, receiver, [f"{prefix}.*"])
+    bodies = _bodies(prefix, ctx.run_id, n)
+    before = stack.pid_snapshot()
+    load = Load(tenant.api, bodies, clients=8, budget=60).start()
+    try:
+        wait_until(lambda: load.done >= n // 3, 120, 0.05, "a third of the events to be accepted")
+    except TimeoutError:
+        result.problem("intake too slow: a third of the events not accepted within 120 s")
+    queued = sum(1 for name, _ in stack.redis.queued_tasks() if name == "webhooks.deliver")
+    if mode == "restart":
+        health_during = []
+
+        def probe():
+            for _ in range(6):
+                asked = time.monotonic() - stopped_at
+                broker_state = stack.health()[1].get("broker")
+                health_during.append(f"{asked:.1f}-{time.monotonic() - stopped_at:.1f}s {broker_state}")
+                time.sleep(0.3)
+        prober = threading.Thread(target=probe, daemon=True)
+        stack.redis.stop()
+        stopped_at = time.monotonic()
+        prober.start()
+        time.sleep(4.0)
+        stack.redis.start()
+        prober.join(10)
+        result.faults = f"redis killed, 4s down, restarted empty ({queued} tasks queued)"
+        result.details["healthz_broker_during_outage"] = health_during
+    else:
+        reply = stack.redis.flushall()
+        result.faults = f"FLUSHALL ({queued} tasks queued) → {reply}"
+    stack.log(f"broker-{mode}: {result.faults}")
+    if not load.wait(240):
+        result.problem("intake clients still running after 240 s")
+    result.inputs = len(load.all_replies())
+    result.details["answers"] = answer_summary(load.all_replies())
+    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    check_survivors(result, stack, before)
+    return result
+
+
+def broker_restart(ctx: Context) -> Result:
+    return broker(ctx, "restart")
+
+
+def broker_flush(ctx: Context) -> Result:
+    return broker(ctx, "flush")
+
+
+# ---------------------------------------------------------------- 4. the database restarted under intake
+
+
+def db_restart(ctx: Context) -> Result:
+    profile = ctx.profile
+    stack = ctx.stack
+    n, clients = profile.db_events, profile.db_clients
+    result = Result("db-restart", load=f"{n} events, {clients} clients, ≤60s/request")
+    tenant = ctx.tenant("db")
+    receiver = ctx.receivers.new("db", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["db.*"])
+    bodies = _bodies("db", ctx.run_id, n)
+    pids_before = stack.pid_snapshot()
+    load = Load(tenant.api, bodies, clients=clients, budget=60).start()
+    try:
+        wait_until(lambda: load.done >= n // 3, 120, 0.05, "a third of the events to be accepted")
+    except TimeoutError:
+        result.problem("intake too slow: a third of the events not accepted within 120 s")
+    restarted_at = time.monotonic()
+    downtime = stack.pg.restart()
+    result.faults = f"pg_ctl restart -m fast ({downtime:.1f}s)"
+    stack.log(f"db-restart: {result.faults}")
+    if not load.wait(240):
+        result.problem("intake clients still running after 240 s")
+    all_replies = load.all_replies()
+    result.inputs = len(all_replies)
+    result.details["answers"] = answer_summary(all_replies)
+    felt = [r for r in all_replies if r.status is None or r.status >= 500
+            or (r.status == 409 and r.code == "idempotency_key_in_progress")]
+    result.notes.append(f"clients felt the restart {len(felt)} times (5xx, no answer or 409 in progress), "
+                        "then retried with the same key")
+    if felt:
+        result.details["last_failure_after_restart_seconds"] = round(
+            max(r.sent + r.elapsed for r in felt) - restarted_at, 1)
+    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=True)
+    pids_after = stack.pid_snapshot()
+    changed = [name for name in pids_before if pids_before[name] != pids_after.get(name)]
+    check_survivors(result, stack, pids_before)
+    if changed:
+        result.problem(f"Herald processes changed across the restart (restarted or died): {changed}")
+    else:
+        result.notes.append("every gunicorn and Celery process kept its pid: no restart needed")
+    return result
+
+
+# ---------------------------------------------------------------- 5. flapping receivers
+
+
+def flapping(ctx: Context) -> Result:
+    profile = ctx.profile
+    n = profile.flap_events
+    result = Result("flapping", load=f"{n} events → 3 flapping receivers + 1 event → 410")
+    tenant = ctx.tenant("flap")
+    behaviours = {
+        "flapa": Flapping(timeout=TIMEOUT_SECONDS, label="balanced"),
+        "flapb": Flapping(timeout=TIMEOUT_SECONDS, ok=0.1, e500=0.4, e503=0.25, hang=0.1, slow=0.15,
+                          label="mostly-failing"),
+        "flapc": Flapping(timeout=TIMEOUT_SECONDS, ok=0.25, e500=0.1, e503=0.1, hang=0.35, slow=0.2,
+                          label="hang-heavy"),
+        "gone": Gone(),
+    }
+    receivers: dict[str, Receiver] = {}
+    endpoint_of: dict[str, str] = {}
+    for index, (prefix, behaviour) in enumerate(behaviours.items()):
+        receiver = receivers[prefix] = ctx.receivers.new(prefix, behaviour, seed=ctx.seed * 100 + index)
+        endpoint_of[ctx.endpoint(tenant, receiver, [f"{prefix}.*"])["id"]] = prefix
+    bodies = {}
+    prefixes = ["flapa", "flapb", "flapc"]
+    for i in range(n):
+        key = f"flap-{ctx.run_id}-{i:05d}"
+        bodies[key] = event_body(prefixes[i % 3], key, i)
+    gone_key = f"gone-{ctx.run_id}-00000"
+    bodies[gone_key] = event_body("gone", gone_key, 0)
+    load = Load(tenant.api, bodies, clients=8, budget=60).start()
+    if not load.wait(180):
+        result.problem("intake clients still running after 180 s")
+    result.inputs = len(load.all_replies())
+    result.faults = "random 500 / 503+Retry-After / hang / slow; 410"
+    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    pending: dict = {}
+
+    def settled():
+        nonlocal pending
+        pending = {d["id"] for d in ctx.db.deliveries(tenant.tenant_id).values() if d["status"] == "pending"}
+        return not pending
+    try:
+        wait_until(settled, profile.settle_seconds + 60, 1.0, "every flapping delivery to settle")
+    except TimeoutError:
+        result.lost += len(pending)
+        result.problem(f"{len(pending)} deliveries still pending after {profile.settle_seconds + 60:.0f}s")
+    try:
+        wait_until(lambda: not any(r.inflight() for r in receivers.values()), 15, 0.2, "receivers to go idle")
+    except TimeoutError:
+        result.notes.append("receivers still busy 15 s after settling")
+    deliveries = ctx.db.deliveries(tenant.tenant_id)
+    attempts = ctx.db.attempts(tenant.tenant_id)
+    by_receiver = {prefix: receiver.by_id() for prefix, receiver in receivers.items()}
+    untruthful, tolerated, early = [], [], []
+    outcome = Counter()
+    for delivery in deliveries.values():
+        if delivery["event_id"] not in event_ids:
+            continue
+        prefix = endpoint_of.get(delivery["endpoint_id"], "?")
+        hits = by_receiver.get(prefix, {}).get(delivery["event_id"], [])
+        truth = checks.attempt_truth(hits, attempts.get(delivery["id"], []), delivery,
+                                     schedule_len=len(RETRY_SCHEDULE), timeout=TIMEOUT_SECONDS)
+        if truth.problems:
+            untruthful.append((delivery["id"], prefix, truth.problems))
+        tolerated.extend(truth.tolerated)
+        early.extend(checks.retry_gap_problems(hits, RETRY_SCHEDULE, JITTER))
+        outcome[(prefix, delivery["status"])] += 1
+    if untruthful:
+        result.problem(f"{len(untruthful)} deliveries whose attempts or status contradict the receiver, e.g. "
+                       f"{untruthful[0][0]} ({untruthful[0][1]}): {list(untruthful[0][2])[:3]}")
+        result.details["untruthful"] = untruthful[:20]
+    if early:
+        result.problem(f"{len(early)} retries earlier than the schedule allows, e.g. {early[0]}")
+    if tolerated:
+        result.notes.append(f"{len(tolerated)} slow answers at the timeout's edge recorded as timeouts (tolerated)")
+    gone_deliveries = [d for d in deliveries.values() if endpoint_of.get(d["endpoint_id"]) == "gone"]
+    for delivery in gone_deliveries:
+        if delivery["status"] != "failed" or delivery["attempt_count"] != 1:
+            result.problem(f"410 delivery ended {delivery['status']} after {delivery['attempt_count']} attempts")
+        if ctx.db.endpoint_enabled(delivery["endpoint_id"]):
+            result.problem("the endpoint that answered 410 is still enabled")
+    kinds = Counter(h.plan.kind for r in receivers.values() for h in r.snapshot())
+    result.details["answers_given"] = dict(kinds)
+    result.details["outcomes"] = {f"{p}:{s}": c for (p, s), c in sorted(outcome.items())}
+    result.details["attempts_recorded"] = sum(len(a) for a in attempts.values())
+    result.notes.append("outcomes " + ", ".join(f"{p} {s} {c}" for (p, s), c in sorted(outcome.items())))
+    check_receivers(result, list(receivers.values()), duplicates_allowed=True)
+    # a second 2xx for one webhook is already judged by attempt_truth ("an attempt after a 2xx")
+    return result
+
+
+# ---------------------------------------------------------------- 6. bad input
+
+
+def fuzz_intake(ctx: Context) -> Result:
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    profile = ctx.profile
+    stack = ctx.stack
+    result = Result("fuzz", load=f"≤{profile.fuzz_examples} hypothesis examples, ≤{profile.fuzz_seconds:.0f}s",
+                    faults="random headers, keys, bodies, encodings, sizes")
+    tenant = ctx.tenant("fuzz")
+    receiver = ctx.receivers.new("fuzz", AlwaysOk())
+    ctx.endpoint(tenant, receiver, [])
+    nonces = fuzz.Nonces(ctx.run_id)
+    records: list[fuzz.FuzzRecord] = []
+    deadline = time.monotonic() + profile.fuzz_seconds
+
+    @seed(ctx.seed)
+    @settings(max_examples=profile.fuzz_examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(inp=fuzz.fuzz_inputs(tenant.token, INTAKE_MAX_BODY_BYTES))
+    def run(inp):
+        if time.monotonic() > deadline:
+            return
+        request_id = f"bbfuzz-{uuid.uuid4().hex}"
+        record = fuzz.send("127.0.0.1", stack.web_port, inp, nonces.next(), request_id)
+        record.expected = fuzz.expected_outcome(inp, record.key_header, INTAKE_MAX_BODY_BYTES)
+        records.append(record)
+
+    run()
+    sent = [r for r in records if not r.error.startswith("not sent")]
+    result.inputs = len(sent)
+    if time.monotonic() > deadline:
+        result.notes.append(f"stopped at the {profile.fuzz_seconds:.0f}s budget")
+    # verdicts, with the database read in batches
+    event_counts = ctx.db.events_by_request_id([r.request_id for r in sent])
+    stored = ctx.db.stored_keys(sorted({c for r in sent for c in r.key_candidates if c}))
+    failures: dict[str, list[str]] = defaultdict(list)
+    accepted_ids = set()
+    for r in sent:
+        signature = f"{r.inp.body_kind}|ct:{r.inp.content_type}|key:{r.inp.key_kind}|auth:{r.inp.auth_kind}"
+        events = event_counts.get(r.request_id, 0)
+        keys_here = [stored[c] for c in r.key_candidates if c in stored]
+        if r.status is None:
+            if r.inp.body_kind.startswith("huge"):
+                result.notes.append(f"no answer to an oversized body ({r.error[:60]})")
+                continue
+            failures[f"no answer: {r.error[:60]}"].append(signature)
+            continue
+        if r.status >= 500:
+            failures[f"{r.status} for {r.inp.body_kind}"].append(signature)
+        if r.status >= 400 and not r.answer_type.startswith("application/problem+json") and not (
+                r.answered_by_gunicorn and fuzz.odd_header_bytes(r)):
+            failures[f"a {r.status} answered as {r.answer_type or 'no content type'}, not problem+json (SPEC §5)"
+                     ].append(signature)
+        if not fuzz.outcome_matches(r.expected, r):
+            failures[f"expected {r.expected}, got {r.status} {r.code}".strip()].append(signature)
+        if r.rejected_before_view:
+            if keys_here:
+                failures[f"key stored for a request rejected before the view ({r.status} {r.code})"].append(signature)
+            if events:
+                failures[f"event created by a rejected request ({r.status} {r.code})"].append(signature)
+        elif 400 <= r.status < 500:
+            if events:
+                failures[f"event created by a {r.status} answer"].append(signature)
+            if r.code in ("idempotency_key_reused", "idempotency_key_in_progress"):
+                failures[f"unexpected {r.code} (keys are unique)"].append(signature)
+            elif not any(k[2] == r.status for k in keys_here):
+                failures[f"the view's {r.status} was not stored with its key (SPEC §3)"].append(signature)
+        elif 200 <= r.status < 300:
+            if events != 1 and not r.replay:
+                failures[f"{r.status} with {events} events for its request"].append(signature)
+            if not any(k[1] == "completed" and k[2] == r.status for k in keys_here):
+                failures[f"{r.status} without its key stored as completed"].append(signature)
+            try:
+                accepted_ids.add(json.loads(r.body)["id"])
+            except (ValueError, KeyError, TypeError):
+                failures[f"{r.status} without an event id in its body"].append(signature)
+    for text, signatures in sorted(failures.items(), key=lambda kv: -len(kv[1])):
+        result.problem(f"{len(signatures)}× {text} (e.g. {Counter(signatures).most_common(1)[0][0]})")
+    result.details["statuses"] = dict(Counter(f"{r.status} {r.code}".strip() for r in sent))
+    result.details["body_kinds"] = dict(Counter(r.inp.body_kind.split(":")[0] for r in sent))
+    result.details["key_kinds"] = dict(Counter(r.inp.key_kind for r in sent))
+    result.details["failures"] = {text: dict(Counter(sigs)) for text, sigs in failures.items()}
+    result.details["five_xx_examples"] = [
+        {"body_kind": r.inp.body_kind, "content_type": r.inp.content_type, "body": r.inp.body[:200].decode("latin-1"),
+         "status": r.status} for r in sent if r.status and r.status >= 500][:10]
+    result.notes.append(f"{len(accepted_ids)} accepted (202), "
+                        f"{sum(1 for r in sent if r.rejected_before_view)} rejected before the view")
+    check_delivered(result, ctx, tenant, [receiver], accepted_ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
+# ---------------------------------------------------------------- 7. soak
+
+
+def soak(ctx: Context) -> Result:
+    profile = ctx.profile
+    stack = ctx.stack
+    rate, seconds = profile.soak_rate, profile.soak_seconds
+    result = Result("soak", load=f"{rate:g} events/s for {seconds:g}s", faults="none (steady load)")
+    tenant = ctx.tenant("soak")
+    receiver = ctx.receivers.new("soak", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["soak.*"])
+    warmup = 3.0
+    total = int(rate * (seconds + warmup))
+    bodies = _bodies("soak", ctx.run_id, total)
+    keys = list(bodies)
+    replies: dict[str, list[Reply]] = {}
+    lock = threading.Lock()
+    backlog: list[int] = []
+    stop = threading.Event()
+
+    def job(key: str) -> None:
+        got = tenant.api.post_retrying(EVENTS, bodies[key], key, budget=30)
+        with lock:
+            replies[key] = got
+
+    def sample() -> None:
+        for _ in range(int((seconds + warmup) / 2) + 200):  # bounded; normally stopped long before
+            backlog.append(ctx.db.backlog(10.0))
+            if stop.wait(2.0):
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    before = stack.pid_snapshot()
+    rss_start: dict[str, float] = {}
+    started = time.monotonic()
+    with ThreadPoolExecutor(32, thread_name_prefix="soak") as pool:
+        sampler.start()
+        for i, key in enumerate(keys):
+            due = started + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if not rss_start and time.monotonic() - started >= warmup:
+                rss_start = stack.rss_snapshot()
+            pool.submit(job, key)
+        sending = time.monotonic() - started
+    rss_end = stack.rss_snapshot()
+    stop.set()
+    sampler.join(10)
+    all_replies = [r for rs in replies.values() for r in rs]
+    result.inputs = len(all_replies)
+    latencies = [r.elapsed for r in all_replies if r.status == 202]
+    result.details["achieved_rate"] = round(len(keys) / max(sending, 0.001), 1)
+    result.details["intake_latency_ms"] = {"p50": round(checks.percentile(latencies, 50) * 1000),
+                                           "p99": round(checks.percentile(latencies, 99) * 1000),
+                                           "max": round(max(latencies, default=0) * 1000)}
+    result.details["answers"] = answer_summary(all_replies)
+    result.details["backlog_samples"] = backlog
+    growth = {name: round(rss_end.get(name, 0) - rss_start.get(name, 0), 1) for name in rss_end}
+    result.details["rss_mb_start"] = rss_start
+    result.details["rss_mb_end"] = rss_end
+    result.details["rss_growth_mb"] = growth
+    result.notes.append("RSS growth MB " + ", ".join(f"{k} {v:+.1f}" for k, v in growth.items()))
+    result.notes.append(f"intake p50 {result.details['intake_latency_ms']['p50']} ms, "
+                        f"p99 {result.details['intake_latency_ms']['p99']} ms; backlog samples {backlog}")
+    check_survivors(result, stack, before)
+    if checks.backlog_grew(backlog):
+        result.problem(f"the backlog (pending, due >10 s ago) grew: {backlog}")
+    over = {k: v for k, v in growth.items() if v > profile.rss_limit_mb}
+    if over:
+        result.problem(f"RSS grew more than {profile.rss_limit_mb:g} MB: {over}")
+    event_ids = check_intake(result, ctx, tenant, replies, keys)
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
+RUNNERS = {
+    "storm": storm,
+    "worker-kill": worker_kill,
+    "broker-restart": broker_restart,
+    "broker-flush": broker_flush,
+    "db-restart": db_restart,
+    "flapping": flapping,
+    "fuzz": fuzz_intake,
+    "soak": soak,
+}

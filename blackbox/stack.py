@@ -1,0 +1,544 @@
+"""Herald's whole stack as real processes on 127.0.0.1: its own PostgreSQL and Redis, gunicorn, Celery, beat."""
+from __future__ import annotations
+
+import atexit
+import base64
+import glob
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / ".data" / "blackbox"
+LOGS = DATA / "logs"
+VENV_BIN = ROOT / ".venv" / "bin"
+DB_NAME = "herald_blackbox"
+
+# The short schedule and timings of the brief; exported to every Herald process.
+HERALD_ENV = {
+    "DJANGO_SETTINGS_MODULE": "config.settings",
+    "DEBUG": "false",
+    "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",  # the receivers live on 127.0.0.1
+    "WEBHOOK_RETRY_SCHEDULE": "1,1,2",
+    "WEBHOOK_RETRY_JITTER": "0.1",
+    "WEBHOOK_TIMEOUT_SECONDS": "2",
+    "WEBHOOK_LEASE_SECONDS": "5",
+    "WEBHOOK_DISPATCH_INTERVAL_SECONDS": "0.5",
+    "WEBHOOK_REDISPATCH_AFTER_SECONDS": "3",
+    "IDEMPOTENCY_LOCK_TIMEOUT_SECONDS": "5",
+    "HERALD_QUEUE": "blackbox",
+    "PYTHONUNBUFFERED": "1",
+}
+RETRY_SCHEDULE = tuple(int(s) for s in HERALD_ENV["WEBHOOK_RETRY_SCHEDULE"].split(","))
+TIMEOUT_SECONDS = float(HERALD_ENV["WEBHOOK_TIMEOUT_SECONDS"])
+INTAKE_MAX_BODY_BYTES = 262144  # Herald's default, not overridden here
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll `predicate` until truthy (return its value) or raise TimeoutError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- process groups and /proc
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live pid whose process group is `pgid` (read from /proc/PID/stat)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command may contain spaces and parentheses: split after the last ')'
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def socket_owners(local_ports: set[int]) -> dict[int, int]:
+    """Map TCP ports on 127.0.0.1 (the local side of client sockets) to the pid holding them."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            port = int(parts[1].rsplit(":", 1)[1], 16)
+            if port in local_ports:
+                inodes[parts[9]] = port
+    owners: dict[int, int] = {}
+    if not inodes:
+        return owners
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                port = inodes.get(target[8:-1])
+                if port is not None:
+                    owners[port] = int(entry)
+    return owners
+
+
+# ---------------------------------------------------------------- one Herald process
+
+class Proc:
+    """A subprocess leading its own process group, logging to a file, always killed at the end."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, timeout: float = 60):
+        self.name = name
+        self.argv = argv
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOGS / f"{name}.log"
+        self._log = open(self.log_path, "ab")
+        self._log.write(f"\n==== {time.strftime('%H:%M:%S')} start {shlex.join(argv)}\n".encode())
+        self._log.flush()
+        self._start_offset = self.log_path.stat().st_size
+        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pgid = self.popen.pid
+        _registry.add(self)
+        if ready:
+            self.wait_for_output(ready, timeout)
+
+    def output(self) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(self._start_offset)
+            return f.read().decode(errors="replace")
+
+    def wait_for_output(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early (rc {self.popen.returncode}); "
+                                   f"log {self.log_path}:\n{self.output()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} not ready after {timeout}s; log {self.log_path}")
+            time.sleep(0.1)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def pids(self) -> list[int]:
+        return group_pids(self.pgid)
+
+    def rss_mb(self) -> float:
+        return sum(rss_kb(pid) for pid in self.pids()) / 1024
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: a crash, no chance to clean up or requeue."""
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self, grace: float = 8) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.pgid, signal.SIGTERM)
+                self.popen.wait(grace)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                pass
+        # children of a stopped leader (prefork pool, gunicorn workers) go too
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        _registry.discard(self)
+        if not self._log.closed:
+            self._log.close()
+
+
+class _Registry:
+    """Every process and server this run started, so that an exit of any kind stops them all."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.procs: list[Proc] = []
+        self.cleanups: list = []
+
+    def add(self, proc: Proc) -> None:
+        with self._lock:
+            self.procs.append(proc)
+
+    def discard(self, proc: Proc) -> None:
+        with self._lock:
+            if proc in self.procs:
+                self.procs.remove(proc)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            procs, self.procs = list(self.procs), []
+            cleanups, self.cleanups = list(self.cleanups), []
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for cleanup in reversed(cleanups):
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - best effort at exit
+                pass
+
+
+_registry = _Registry()
+atexit.register(_registry.stop_all)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP become SystemExit so that try/finally and atexit run; SIGINT is KeyboardInterrupt."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit)
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+def _as_postgres(command: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command as the `postgres` OS user (initdb and the server refuse root).
+
+    Output goes to a file, never a pipe: a postmaster started by pg_ctl inherits it and would hold it open.
+    """
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with open(LOGS / "pg_ctl.log", "ab") as out:
+        out.write(f"\n$ {shlex.join(command)}\n".encode())
+        out.flush()
+        completed = subprocess.run(["su", "postgres", "-s", "/bin/sh", "-c", shlex.join(command)], cwd="/",
+                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    if check and completed.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed with {completed.returncode}; see {LOGS / 'pg_ctl.log'}")
+    return completed
+
+
+class Postgres:
+    """A private cluster under .data/blackbox/pg, trust auth for `root`, restartable."""
+
+    def __init__(self):
+        self.dir = DATA / "pg"
+        self.log = LOGS / "postgres.log"
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+        if not bins:
+            raise RuntimeError("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin")
+        self.bin = bins[-1]
+        self.port = 0
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"postgres://root@127.0.0.1:{self.port}/{DB_NAME}"
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=root dbname={DB_NAME} connect_timeout=5"
+
+    def _ctl(self, *args: str, timeout: float = 90, check: bool = True) -> subprocess.CompletedProcess:
+        return _as_postgres([f"{self.bin}/pg_ctl", "-D", str(self.dir), *args], timeout=timeout, check=check)
+
+    def start(self) -> None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        if (self.dir / "postmaster.pid").exists():  # a cluster left running by an interrupted run of ours
+            self._ctl("stop", "-m", "immediate", "-w", check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        shutil.chown(self.dir, "postgres", "postgres")
+        os.chmod(self.dir, 0o700)
+        self.log.touch()
+        shutil.chown(self.log, "postgres", "postgres")
+        _as_postgres([f"{self.bin}/initdb", "-D", str(self.dir), "-U", "root", "--auth=trust", "-E", "UTF8",
+                      "--locale=C.UTF-8", "--no-sync"])
+        self.port = free_port()
+        # fsync off: restarts here are clean (`-m fast` checkpoints), and the machine is shared
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c max_connections=200 "
+                   f"-c fsync=off -c full_page_writes=off")
+        self._ctl("-l", str(self.log), "-o", options, "start", "-w", "-t", "60")
+        _registry.cleanups.append(self.stop)
+        self._wait_ready()
+        subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", "root", "-d", "postgres",
+                        "-c", f"CREATE DATABASE {DB_NAME}"], check=True, capture_output=True, timeout=60)
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        wait_until(lambda: subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                                          timeout=10).returncode == 0, timeout, 0.2, "PostgreSQL to accept connections")
+
+    def restart(self) -> float:
+        """`pg_ctl restart -m fast`: every connection is cut; returns the seconds it was unavailable."""
+        started = time.monotonic()
+        self._ctl("-l", str(self.log), "restart", "-m", "fast", "-w", "-t", "60")
+        self._wait_ready()
+        self.restarts += 1
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.port and (self.dir / "postmaster.pid").exists():
+            self._ctl("stop", "-m", "fast", "-w", "-t", "30", check=False)
+
+
+# ---------------------------------------------------------------- Redis
+
+class Redis:
+    """A private redis-server without persistence on a fixed port, which can be crashed and started again."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = DATA / "redis"
+        self.proc: Proc | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir)]
+        self.proc = Proc("redis", argv, dict(os.environ), ready="Ready to accept connections", timeout=30)
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.kill()
+            self.proc.stop()
+            self.proc = None
+
+    def restart(self, down_seconds: float = 2.0) -> None:
+        self.stop()
+        time.sleep(down_seconds)
+        self.start()
+        self.restarts += 1
+
+    def command(self, *args: str) -> str:
+        out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *args], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip()
+
+    def flushall(self) -> str:
+        return self.command("FLUSHALL")
+
+    def queued_tasks(self) -> list[tuple[str, str]]:
+        """(task name, first argument) of every Celery message waiting in any queue (Celery's JSON protocol 2)."""
+        import redis  # Herald's own dependency, in .venv; here only to read the harness's private Redis
+
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        raw_messages = []
+        try:
+            for name in client.scan_iter(count=1000):
+                if name.startswith((b"_", b"unacked")) or client.type(name) != b"list":
+                    continue
+                raw_messages += client.lrange(name, 0, -1)
+        except redis.RedisError:
+            return []
+        finally:
+            client.close()
+        out = []
+        for raw in raw_messages:
+            try:
+                message = json.loads(raw)
+                args = json.loads(base64.b64decode(message["body"]))[0]
+                out.append((message["headers"]["task"], str(args[0]) if args else ""))
+            except (ValueError, KeyError, TypeError, IndexError):
+                out.append(("?", ""))
+        return out
+
+
+# ---------------------------------------------------------------- the whole stack
+
+@dataclass
+class Stack:
+    """PostgreSQL, Redis, gunicorn (2 workers × 8 threads), two Celery workers and beat."""
+
+    pg: Postgres = field(default_factory=Postgres)
+    redis: Redis = field(default_factory=Redis)
+    web_port: int = 0
+    procs: dict[str, Proc] = field(default_factory=dict)
+    worker_serial: int = 0
+    events: list[str] = field(default_factory=list)  # what was done to the stack, for the report
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "WEBHOOK_", "IDEMPOTENCY_"))}
+        env.update(HERALD_ENV)
+        env.update({
+            "DATABASE_URL": self.pg.url,
+            "REDIS_URL": self.redis.url,
+            "CELERY_BROKER_URL": self.redis.url,
+            "PROMETHEUS_MULTIPROC_DIR": str(DATA / "metrics"),
+            "PATH": f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        })
+        return env
+
+    def log(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}"
+        self.events.append(line)
+        with open(LOGS / "harness.log", "a") as f:
+            f.write(line + "\n")
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        shutil.rmtree(LOGS, ignore_errors=True)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(DATA / "metrics", ignore_errors=True)
+        (DATA / "metrics").mkdir(parents=True)
+        self.pg.start()
+        self.log(f"postgres up on 127.0.0.1:{self.pg.port} ({self.pg.dir})")
+        self.redis.start()
+        self.log(f"redis up on 127.0.0.1:{self.redis.port}")
+        self.manage("migrate", "--noinput", "-v", "0", timeout=300)
+        self.start_web()
+        self.start_worker()
+        self.start_worker()
+        self.start_beat()
+        self.wait_healthy()
+
+    def manage(self, *args: str, timeout: float = 120) -> str:
+        out = subprocess.run([str(VENV_BIN / "python"), "manage.py", *args], cwd=ROOT, env=self.env(),
+                             capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+        return out.stdout
+
+    def create_credential(self, tenant: str) -> str:
+        """`manage.py create_credential --tenant NAME`; the token is the last stdout line."""
+        return self.manage("create_credential", "--tenant", tenant).strip().splitlines()[-1].strip()
+
+    def start_web(self) -> Proc:
+        self.web_port = self.web_port or free_port()
+        argv = [str(VENV_BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{self.web_port}", "--workers", "2",
+                "--threads", "8", "--timeout", "60", "--backlog", "1024"]
+        proc = self.procs["web"] = Proc("gunicorn", argv, self.env(), ready="Booting worker", timeout=90)
+        wait_until(lambda: len(proc.pids()) >= 3, 60, 0.2, "two gunicorn workers")
+        return proc
+
+    def start_worker(self) -> Proc:
+        self.worker_serial += 1
+        name = f"w{self.worker_serial}"
+        argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
+                "--hostname", f"{name}@%h"]
+        proc = self.procs[name] = Proc(f"worker-{name}", argv, self.env(), ready="ready.", timeout=90)
+        return proc
+
+    def start_beat(self) -> Proc:
+        schedule = DATA / "beat-schedule"
+        for stale in DATA.glob("beat-schedule*"):
+            stale.unlink()
+        argv = [str(VENV_BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
+        proc = self.procs["beat"] = Proc("beat", argv, self.env(), ready="beat: Starting...", timeout=90)
+        return proc
+
+    def workers(self) -> dict[str, Proc]:
+        return {name: proc for name, proc in self.procs.items() if name.startswith("w") and name != "web"}
+
+    def herald_procs(self) -> dict[str, Proc]:
+        return dict(self.procs)
+
+    def pid_snapshot(self) -> dict[str, list[int]]:
+        return {name: proc.pids() for name, proc in self.procs.items()}
+
+    def rss_snapshot(self) -> dict[str, float]:
+        return {name: round(proc.rss_mb(), 1) for name, proc in self.procs.items()}
+
+    def health(self) -> tuple[int, dict]:
+        try:
+            with _LOCAL_OPENER.open(f"{self.base_url}/healthz", timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                return exc.code, json.loads(exc.read())
+            except ValueError:
+                return exc.code, {}
+        except OSError as exc:
+            return 0, {"error": repr(exc)}
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        wait_until(lambda: self.health()[0] == 200, timeout, 0.25, "/healthz 200")
+
+    def restart_herald(self, reason: str) -> None:
+        """Stop and start gunicorn, the workers and beat (used only to heal the stack between scenarios)."""
+        self.log(f"restarting every Herald process: {reason}")
+        for name in list(self.procs):
+            self.procs.pop(name).stop()
+        self.start_web()
+        self.start_worker()
+        self.start_worker()
+        self.start_beat()
+        self.wait_healthy()
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.procs.pop(name).stop()
+        self.redis.stop()
+        self.pg.stop()
+        _registry.stop_all()
+
+
+# Never a proxy: every request of the harness goes straight to 127.0.0.1.
+_LOCAL_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
