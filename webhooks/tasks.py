@@ -1,6 +1,5 @@
 """Celery tasks: thin APIs that take ids, and call services."""
-from celery import current_app, shared_task
-from kombu import Queue
+from celery import shared_task
 
 from webhooks.services import delivery as delivery_service
 
@@ -26,16 +25,6 @@ def disable_failing_endpoints() -> int:
 @shared_task(name="webhooks.enqueue_deliveries", ignore_result=True)
 def enqueue_deliveries(delivery_ids: list[str]) -> None:
     """Publish the delivery tasks of a large fan-out on behalf of the web process."""
-    from webhooks.services.events import deliveries_enqueue
+    from webhooks.publishing import deliveries_enqueue
 
     deliveries_enqueue(delivery_ids=delivery_ids, inline=True)
-
-
-def broker_backlog() -> dict[str, int]:
-    """Messages waiting in each of Herald's queues, as the broker counts them (a queue declare, via kombu)."""
-    app = current_app
-    with app.connection_for_read() as connection:
-        channel = connection.default_channel
-        # Not passive: a queue nobody has used yet is created empty, as a worker would create it.
-        return {queue.name: Queue(queue.name, queue.exchange, queue.routing_key, channel=channel)
-                .queue_declare().message_count for queue in app.conf.task_queues}

@@ -4,6 +4,7 @@ PostgreSQL holds every bit of state (attempt_count, next_attempt_at, the lease),
 duplicated Celery message can neither lose a delivery nor send it twice at once.
 """
 import contextlib
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from webhooks import metrics, retry_policy, signing, transport
 from webhooks.logcontext import request_id
+from webhooks.publishing import broker_backlog, deliveries_enqueue
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
 
 logger = logging.getLogger("herald.delivery")
@@ -118,8 +120,13 @@ class Claim:
     secrets: list[str]
 
 
+@functools.lru_cache(maxsize=4)
+def _parse_schedule(text: str) -> tuple[int, ...]:
+    return retry_policy.parse_schedule(text)
+
+
 def _schedule() -> tuple[int, ...]:
-    return retry_policy.parse_schedule(settings.WEBHOOK_RETRY_SCHEDULE)
+    return _parse_schedule(settings.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
 
 
 def delivery_claim(*, delivery_id: str) -> Claim | None:
@@ -209,9 +216,6 @@ def delivery_record(*, claim: Claim, started_at: datetime, result: transport.Att
 
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
     """Publish a task for every due delivery that needs one (beat); see _DISPATCH_SQL for which."""
-    from webhooks.services.events import deliveries_enqueue
-    from webhooks.tasks import broker_backlog
-
     try:
         backlog = broker_backlog()
     except Exception as exc:  # broker down: nothing could be published anyway; try next run
@@ -238,8 +242,6 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
     ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, locked_until=None, updated_at=now)
     if updated:
-        from webhooks.services.events import deliveries_enqueue
-
         delivery_ids = [delivery.pk]  # re-published by the system: the periodic queue, like retries
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids,
                                                          queue=settings.HERALD_PERIODIC_QUEUE), robust=True)

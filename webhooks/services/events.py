@@ -1,10 +1,8 @@
 """Event intake: record the event, fan it out to matching endpoints, enqueue after commit."""
 import json
-import logging
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -13,8 +11,7 @@ from webhooks.event_types import matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
-
-logger = logging.getLogger("herald.events")
+from webhooks.publishing import deliveries_enqueue
 
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
@@ -69,33 +66,3 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
         delivery_ids = [row[0] for row in rows]
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
     return event
-
-
-def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None, queue: str | None = None) -> None:
-    """Publish one delivery task per id, in one round trip to the broker.
-
-    Building a Celery message costs a fraction of a millisecond of CPU; for a large fan-out the web
-    process hands the ids to a worker in chunks instead (`webhooks.enqueue_deliveries`), which
-    publishes the per-delivery tasks, so intake latency does not grow with the endpoint count.
-    """
-    from webhooks.tasks import deliver, enqueue_deliveries
-
-    if inline is None:
-        inline = len(delivery_ids) <= settings.WEBHOOK_INLINE_ENQUEUE_MAX
-    try:
-        if len(delivery_ids) == 1:  # the common case: a pipeline would only add overhead
-            deliver.apply_async((delivery_ids[0],), queue=queue, argsrepr=delivery_ids[0], kwargsrepr="")
-            return
-        with deliver.app.producer_or_acquire() as producer, producer.batch():
-            if inline:
-                for delivery_id in delivery_ids:
-                    deliver.apply_async((delivery_id,), producer=producer, queue=queue, argsrepr=delivery_id,
-                                        kwargsrepr="")
-            else:
-                chunk = settings.WEBHOOK_ENQUEUE_CHUNK
-                for start in range(0, len(delivery_ids), chunk):
-                    part = delivery_ids[start:start + chunk]
-                    enqueue_deliveries.apply_async((part,), producer=producer, argsrepr=f"[{len(part)} ids]")
-    except Exception as exc:  # broker down: the rows are safe and the dispatcher will enqueue them
-        logger.warning("delivery.enqueue_failed", extra={"delivery_ids": delivery_ids[:20],
-                                                          "count": len(delivery_ids), "error": repr(exc)})
