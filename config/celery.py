@@ -10,9 +10,44 @@ app.config_from_object("config.celeryconfig")
 app.autodiscover_tasks()
 
 
+def _pool_name(pool_cls) -> str:
+    return pool_cls if isinstance(pool_cls, str) else f"{pool_cls.__module__}.{pool_cls.__name__}"
+
+
+@signals.worker_init.connect
+def _share_database_connections(sender=None, **kwargs) -> None:
+    """A threaded worker's threads share a bounded psycopg pool instead of a connection each.
+
+    WEBHOOK_WORKER_CONCURRENCY threads would otherwise open as many PostgreSQL connections. With
+    the pool (Django's `"pool"` option) a connection goes back to it whenever Django closes one, so
+    a thread holds one only while it claims or records; WEBHOOK_WORKER_DB_POOL_SIZE is the most
+    this process will ever open. A prefork worker keeps one connection per child, as before.
+    """
+    if sender is None or any(name in _pool_name(sender.pool_cls) for name in ("prefork", "solo")):
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    connections.close_all()
+    database = connections.settings["default"]  # the dict every thread's connection is built from
+    database["CONN_MAX_AGE"] = 0  # a "closed" connection returns to the pool; the pool keeps it open
+    database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
+        "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
+
+
 @signals.task_prerun.connect
 def _check_database_connections(**kwargs) -> None:
     """Drop connections that broke (a PostgreSQL restart) or outlived CONN_MAX_AGE, as Django does."""
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@signals.task_postrun.connect
+def _return_pooled_connections(**kwargs) -> None:
+    """With the pool, a finished task gives its connection back for the other threads."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.settings_dict["OPTIONS"].get("pool"):
+            conn.close()

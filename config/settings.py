@@ -5,6 +5,7 @@ This is the one place that reads the environment; the rest of the code reads `dj
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
@@ -150,6 +151,11 @@ WEBHOOK_DISPATCH_INTERVAL_SECONDS = env_float("WEBHOOK_DISPATCH_INTERVAL_SECONDS
 WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
 
+WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 100)
+WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env_int("WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", 10)
+WEBHOOK_BREAKER_FAILURES = env_int("WEBHOOK_BREAKER_FAILURES", 5)
+WEBHOOK_BREAKER_COOLDOWN_SECONDS = env_float("WEBHOOK_BREAKER_COOLDOWN_SECONDS", 30)
+
 INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
 # How long a process may keep using a credential it looked up (a revocation's delay); 0 disables.
 CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
@@ -179,7 +185,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 
 # --- Delivery internals (not in SPEC §1; defaults derived from it) ---------------------------
 # A claimed delivery belongs to its worker this long; past it, a crashed worker's delivery is free.
+# It outlasts the attempt's own deadline (WEBHOOK_TIMEOUT_SECONDS, enforced by libcurl) and Celery's
+# hard time limit below, so a delivery is never claimed again while its attempt may still be running.
 WEBHOOK_LEASE_SECONDS = env_float("WEBHOOK_LEASE_SECONDS", WEBHOOK_TIMEOUT_SECONDS + 15)
+# The breaker's pause doubles after each failed probe, up to this (SPEC §1).
+WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS = env_float("WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS", 600)
+# PostgreSQL connections one worker process may hold (a psycopg pool shared by its threads). An
+# attempt holds a connection only to claim and to record, never while waiting on the network.
+WEBHOOK_WORKER_DB_POOL_SIZE = env_int("WEBHOOK_WORKER_DB_POOL_SIZE", 10)
 # A published task not started within this long is presumed lost (flush, restart) and re-published.
 WEBHOOK_REDISPATCH_AFTER_SECONDS = env_float("WEBHOOK_REDISPATCH_AFTER_SECONDS", 30)
 WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
@@ -190,14 +203,27 @@ WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"
 
-# Durability: a task is acknowledged only after it ran, re-queued if its worker dies, and a
-# worker holds one message at a time, so a crash strands at most one delivery (and the lease
-# plus the dispatcher recover that one anyway).
+# `celery -A config worker` with no flags: one process whose threads keep WEBHOOK_WORKER_CONCURRENCY
+# attempts in flight. An attempt spends its life waiting on the network with the GIL released
+# (libcurl), so threads overlap those waits at a fraction of prefork's memory; the README has the
+# measured comparison with prefork and gevent. `-P`/`-c` on the command line still override both.
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = WEBHOOK_WORKER_CONCURRENCY
+
+# Durability: a task is acknowledged only after it ran and re-queued if its worker dies; a worker
+# reserves no more messages than it has threads. PostgreSQL's lease and the dispatcher recover a
+# crashed worker's deliveries anyway.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 10
-CELERY_TASK_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 20
+# Only prefork enforces these (threads cannot be killed); the attempt's own libcurl deadline is what
+# bounds an attempt in every pool. Both fall between the deadline and the lease's end (timeout + 5
+# and + 10 s by default), so no second worker can claim a delivery whose attempt is still running.
+_LEASE_MARGIN = WEBHOOK_LEASE_SECONDS - WEBHOOK_TIMEOUT_SECONDS
+if _LEASE_MARGIN <= 0:
+    raise ImproperlyConfigured("WEBHOOK_LEASE_SECONDS must be longer than WEBHOOK_TIMEOUT_SECONDS")
+CELERY_TASK_SOFT_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + _LEASE_MARGIN / 3
+CELERY_TASK_TIME_LIMIT = WEBHOOK_TIMEOUT_SECONDS + 2 * _LEASE_MARGIN / 3
 # Redis re-delivers an unacknowledged message after this; it must outlast the longest task (and
 # so the lease) or a slow delivery would be handed to a second worker while still running.
 CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = int(max(300, 4 * CELERY_TASK_TIME_LIMIT))

@@ -4,6 +4,13 @@ from rest_framework import serializers
 
 from webhooks import event_types
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.services.endpoints import endpoint_max_in_flight
+
+_datetime = serializers.DateTimeField()
+
+
+def _iso(value):
+    return None if value is None else _datetime.to_representation(value)
 
 MAX_CHANNELS = 10
 
@@ -28,6 +35,10 @@ class EndpointCreateInput(serializers.Serializer):
     channels = serializers.ListField(child=_ChannelField(), required=False, default=list,
                                      max_length=MAX_CHANNELS)
     description = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
+    max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False, allow_null=True,
+                                             default=None, help_text=(
+                                                 "Attempts in flight to this endpoint at once, across all workers; "
+                                                 "null: the deployment's default (WEBHOOK_ENDPOINT_MAX_IN_FLIGHT)."))
 
     def validate_event_types(self, value):
         return _validate_patterns(value)
@@ -38,13 +49,32 @@ class EndpointUpdateInput(EndpointCreateInput):
     enabled = serializers.BooleanField(required=False)
 
 
+class EndpointHealthOutput(serializers.Serializer):
+    state = serializers.ChoiceField(choices=[Endpoint.HEALTHY, Endpoint.TRIPPED, Endpoint.DISABLED])
+    consecutive_failures = serializers.IntegerField()
+    failing_since = serializers.DateTimeField(allow_null=True)
+    next_probe_at = serializers.DateTimeField(allow_null=True)
+
+
 class EndpointOutput(serializers.ModelSerializer):
     secret = serializers.SerializerMethodField()
+    max_in_flight = serializers.SerializerMethodField()
+    health = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
-        fields = ["id", "url", "description", "event_types", "channels", "enabled", "disabled_reason", "secret",
-                  "created_at", "updated_at"]
+        fields = ["id", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
+                  "max_in_flight", "health", "secret", "created_at", "updated_at"]
+
+    def get_max_in_flight(self, endpoint: Endpoint) -> int:
+        return endpoint_max_in_flight(endpoint)
+
+    @extend_schema_field(EndpointHealthOutput)
+    def get_health(self, endpoint: Endpoint) -> dict:
+        state = endpoint.health_state
+        return {"state": state, "consecutive_failures": endpoint.consecutive_failures,
+                "failing_since": _iso(endpoint.failing_since),
+                "next_probe_at": _iso(endpoint.next_probe_at) if state == Endpoint.TRIPPED else None}
 
     def get_secret(self, endpoint: Endpoint) -> str:
         current = getattr(endpoint, "current_secret", None)
@@ -62,6 +92,10 @@ class EventCreateInput(serializers.Serializer):
     def validate_type(self, value: str) -> str:
         if not event_types.is_valid_type(value):
             raise serializers.ValidationError("Use dot-separated segments of [A-Za-z0-9_], e.g. invoice.paid.")
+        if event_types.is_reserved(value):
+            raise serializers.ValidationError(
+                f"Types starting with '{event_types.RESERVED_PREFIX}' are reserved for Herald's own operational "
+                "events; endpoints may subscribe to them, clients may not post them.")
         return value
 
 

@@ -37,6 +37,10 @@ def broker():
                     out.append((message["headers"]["task"], args))
             return out
 
+        @staticmethod
+        def clear() -> None:
+            client.delete(*queues)
+
         @classmethod
         def delivery_ids(cls) -> list[str]:
             return [args[0] for task, args in cls.published() if task == "webhooks.deliver"]

@@ -67,10 +67,15 @@ class Process:
         self._log.close()
 
 
-def celery_worker(name: str = "w1", concurrency: int = 1, **env) -> Process:
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(concurrency),
-            "--loglevel", "INFO", "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]
+def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None, **env) -> Process:
+    """`celery -A config worker` as the README runs it (threads, WEBHOOK_WORKER_CONCURRENCY), unless the
+    test asks for another `concurrency` (None: the configured one) or `pool`."""
+    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    if pool:
+        argv += ["--pool", pool]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
     return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
 
 

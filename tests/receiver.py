@@ -33,6 +33,8 @@ class Receiver:
         self._changed = threading.Condition(self._lock)
         self.in_flight: dict[str, int] = defaultdict(int)
         self.max_in_flight: dict[str, int] = defaultdict(int)  # by webhook-id
+        self.path_in_flight: dict[str, int] = defaultdict(int)
+        self.path_max_in_flight: dict[str, int] = defaultdict(int)  # by path (one endpoint each)
         self.closing = threading.Event()
         receiver = self
 
@@ -48,25 +50,32 @@ class Receiver:
                     receiver.received.append(Received(self.path, headers, body, time.monotonic()))
                     receiver.in_flight[msg_id] += 1
                     receiver.max_in_flight[msg_id] = max(receiver.max_in_flight[msg_id], receiver.in_flight[msg_id])
+                    receiver.path_in_flight[self.path] += 1
+                    receiver.path_max_in_flight[self.path] = max(receiver.path_max_in_flight[self.path],
+                                                                 receiver.path_in_flight[self.path])
                     script = receiver._script[self.path]
                     answer = script.popleft() if script else Answer()
                     receiver._changed.notify_all()
                 try:
                     if answer.delay:
                         receiver.closing.wait(answer.delay)
-                    head = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}",
-                            f"Content-Length: {len(answer.body)}"]
-                    head += [f"{name}: {value}" for name, value in answer.headers]
-                    self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body)
                 finally:
+                    # No longer in flight once the answer is decided: the sender may start its next
+                    # request the moment it reads this one, before this thread would get to count down.
                     with receiver._changed:
                         receiver.in_flight[msg_id] -= 1
+                        receiver.path_in_flight[self.path] -= 1
+                head = [f"HTTP/1.1 {answer.status} {HTTPStatus(answer.status).phrase}",
+                        f"Content-Length: {len(answer.body)}"]
+                head += [f"{name}: {value}" for name, value in answer.headers]
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body)
 
             def log_message(self, *args):
                 pass
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
+            request_queue_size = 256  # a worker opens up to 100 connections at once
 
             def handle_error(self, request, client_address):
                 pass  # a client giving up on a slow answer is part of the tests

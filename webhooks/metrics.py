@@ -6,7 +6,7 @@ from django.db import connection
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
-from webhooks.models import Delivery
+from webhooks.models import Delivery, Endpoint
 from webhooks.transport import AttemptResult
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -52,11 +52,22 @@ class DeliveryStateCollector:
         FROM {Delivery._meta.db_table}
         WHERE status IN ('pending', 'failed')
     """
+    # Both from small partial indexes: live leases (delivery_leased) and tripped endpoints.
+    _ENGINE_SQL = f"""
+        SELECT (SELECT count(*) FROM {Delivery._meta.db_table} WHERE locked_until > now()),
+               (SELECT count(*) FROM {Endpoint._meta.db_table}
+                 WHERE tripped_at IS NOT NULL AND enabled AND deleted_at IS NULL)
+    """
 
     def collect(self):
         with connection.cursor() as cursor:
             cursor.execute(self._SQL)
             pending, failed, oldest = cursor.fetchone()
+            cursor.execute(self._ENGINE_SQL)
+            in_flight, tripped = cursor.fetchone()
+        yield GaugeMetricFamily("herald_delivery_attempts_in_flight",
+                                "Attempts holding a live lease, across every worker", value=in_flight)
+        yield GaugeMetricFamily("herald_endpoints_tripped", "Endpoints whose circuit breaker is open", value=tripped)
         yield GaugeMetricFamily("herald_deliveries_pending", "Deliveries waiting to be sent", value=pending)
         yield GaugeMetricFamily("herald_deliveries_failed", "Deliveries that exhausted their schedule", value=failed)
         yield GaugeMetricFamily("herald_oldest_due_delivery_age_seconds",

@@ -30,20 +30,42 @@ class Endpoint(models.Model):
     channels = ArrayField(models.CharField(max_length=128), default=list, blank=True)
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    # Attempts in flight to it at once, across every worker; null: WEBHOOK_ENDPOINT_MAX_IN_FLIGHT.
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # Since when every attempt has failed (the clock of WEBHOOK_DISABLE_AFTER_SECONDS).
     failing_since = models.DateTimeField(null=True, blank=True)
+    # Circuit breaker: tripped after WEBHOOK_BREAKER_FAILURES consecutive failures; while tripped no
+    # attempt starts before next_probe_at, then one probe; each failed probe doubles the pause.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    tripped_at = models.DateTimeField(null=True, blank=True)
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    failed_probes = models.PositiveIntegerField(default=0)
     deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    HEALTHY = "healthy"
+    TRIPPED = "tripped"
+    DISABLED = "disabled"
 
     class Meta:
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["tenant", "enabled"], name="endpoint_tenant_enabled",
                          condition=models.Q(deleted_at__isnull=True)),
+            # beat: tripped endpoints whose pause is over get their probe
+            models.Index(fields=["next_probe_at"], name="endpoint_tripped",
+                         condition=models.Q(tripped_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.url}"
+
+    @property
+    def health_state(self) -> str:
+        if not self.enabled or self.deleted_at is not None:
+            return self.DISABLED
+        return self.TRIPPED if self.tripped_at is not None else self.HEALTHY
 
 
 class EndpointSecret(models.Model):
@@ -103,6 +125,9 @@ class Delivery(models.Model):
     locked_until = models.DateTimeField(null=True, blank=True)
     # When a task was last published for it; the dispatcher re-publishes only if that looks lost.
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Set while it waits for its endpoint (in-flight cap reached, breaker tripped): it is in no queue
+    # and holds no worker; the attempt that frees a slot (or the breaker's probe) hands it on.
+    parked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -111,10 +136,17 @@ class Delivery(models.Model):
         verbose_name_plural = "deliveries"
         constraints = [models.UniqueConstraint(fields=["event", "endpoint"], name="delivery_event_endpoint")]
         indexes = [
+            # the dispatcher: due retries and lost tasks (a parked backlog is not its business)
             models.Index(fields=["next_attempt_at"], name="delivery_due",
-                         condition=models.Q(status="pending")),
+                         condition=models.Q(status="pending", parked_at__isnull=True)),
+            # the dispatcher: which unclaimed deliveries are presumed still waiting in a queue
             models.Index(fields=["-enqueued_at"], name="delivery_waiting",
-                         condition=models.Q(status="pending", locked_until__isnull=True)),
+                         condition=models.Q(status="pending", locked_until__isnull=True,
+                                            enqueued_at__isnull=False)),
+            # the claim: attempts in flight to an endpoint (live leases)
+            models.Index(fields=["endpoint"], name="delivery_leased", condition=models.Q(locked_until__isnull=False)),
+            # the hand-on: an endpoint's parked deliveries, oldest first
+            models.Index(fields=["endpoint", "id"], name="delivery_parked", condition=models.Q(parked_at__isnull=False)),
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
             models.Index(fields=["endpoint", "-id"], name="delivery_endpoint"),
         ]

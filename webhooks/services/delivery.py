@@ -1,9 +1,15 @@
-"""Delivery services: claim a due delivery with a lease, send one signed attempt, record it, decide.
+"""Delivery services: claim a delivery within its endpoint's limits, send one signed attempt, record it.
 
-PostgreSQL holds every bit of state (attempt_count, next_attempt_at, the lease), so a lost or
-duplicated Celery message can neither lose a delivery nor send it twice at once.
+PostgreSQL holds every bit of state (attempt_count, next_attempt_at, the lease, the breaker), so a
+lost or duplicated Celery message can neither lose a delivery nor send it twice at once.
+
+Every claim and every record of an endpoint's delivery first takes that endpoint's row lock (`FOR NO
+KEY UPDATE`, which intake's foreign-key checks do not wait for). Under it the claim counts the live
+leases against the endpoint's cap and reads its breaker; a delivery that may not go now is *parked*:
+no attempt, no retry step, no worker held. The record, under the same lock, releases the lease and
+hands the oldest parked delivery on into the queue. Because both sides hold the lock, a delivery can
+never park just after the last attempt in flight looked for someone to hand its slot to.
 """
-import contextlib
 import functools
 import logging
 import time
@@ -12,12 +18,16 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
-from webhooks import metrics, retry_policy, signing, transport
+from webhooks import breaker, event_types, metrics, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.publishing import broker_backlog, deliveries_enqueue
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
+from webhooks.publishing import broker_backlog, deliveries_enqueue
+from webhooks.services.endpoints import HAND_ON_SQL, endpoint_disable
+from webhooks.services.events import event_emit_operational
 
 logger = logging.getLogger("herald.delivery")
 
@@ -27,41 +37,76 @@ _EVENT = Event._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
 _SECRET = EndpointSecret._meta.db_table
 
-# One statement claims the delivery and loads everything the attempt needs. Only a pending, due
-# delivery whose lease is free can be claimed, so of two workers holding the same task exactly
-# one gets a row back; the attempt number is taken here too.
+# The endpoint's row, locked, with what the claim and the record decide on.
+_ENDPOINT_COLUMNS = f"""
+SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL,
+       coalesce(ep.max_in_flight, %(default_cap)s), ep.tripped_at, ep.next_probe_at <= now(),
+       ep.consecutive_failures, ep.failed_probes, ep.failing_since
+  FROM {_ENDPOINT} ep
+"""
+_LOCK_ENDPOINT_OF_DELIVERY_SQL = _ENDPOINT_COLUMNS + f"""
+ WHERE ep.id = (SELECT endpoint_id FROM {_DELIVERY} WHERE id = %(id)s AND status = 'pending')
+   FOR NO KEY UPDATE
+"""
+_LOCK_ENDPOINT_SQL = _ENDPOINT_COLUMNS + " WHERE ep.id = %(endpoint)s FOR NO KEY UPDATE"
+
+# Under the endpoint's lock: a pending, due delivery whose lease is free either takes a lease (if the
+# endpoint has a free slot and no reason to wait) or is parked. A probe of a tripped endpoint also
+# moves the endpoint's next_probe_at to its lease's end: one probe at a time. The attempt number is
+# the next after those recorded, so a claim whose worker died costs no retry step.
 _CLAIM_SQL = f"""
-WITH claimed AS (
-    UPDATE {_DELIVERY}
-       SET locked_until = now() + make_interval(secs => %(lease)s),
-           attempt_count = attempt_count + 1,
+WITH busy AS (
+    SELECT count(*) AS n FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND locked_until > now()
+), moved AS (
+    UPDATE {_DELIVERY} d
+       SET locked_until = CASE WHEN decision.go THEN now() + make_interval(secs => %(lease)s) END,
+           parked_at = CASE WHEN decision.go THEN NULL ELSE coalesce(d.parked_at, now()) END,
+           enqueued_at = CASE WHEN decision.go THEN d.enqueued_at END,
            updated_at = now()
-     WHERE id = %(id)s AND status = 'pending' AND next_attempt_at <= now()
-       AND (locked_until IS NULL OR locked_until < now())
-    RETURNING attempt_count, locked_until, event_id, endpoint_id
+      FROM (SELECT NOT %(park)s AND n < %(cap)s AS go FROM busy) decision
+     WHERE d.id = %(id)s AND d.status = 'pending' AND d.next_attempt_at <= now()
+       AND (d.locked_until IS NULL OR d.locked_until < now())
+    RETURNING decision.go, d.attempt_count, d.locked_until, d.event_id
+), probe AS (
+    UPDATE {_ENDPOINT} SET next_probe_at = (SELECT locked_until FROM moved)
+     WHERE id = %(endpoint)s AND %(probe)s AND (SELECT go FROM moved)
 )
-SELECT c.attempt_count, c.locked_until, c.event_id, c.endpoint_id, e.payload, e.request_id,
-       ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL, ep.failing_since IS NOT NULL,
+SELECT m.go, m.attempt_count + 1, m.locked_until, m.event_id, e.type, e.payload, e.request_id,
        ARRAY(SELECT s.secret FROM {_SECRET} s
-              WHERE s.endpoint_id = ep.id AND (s.expires_at IS NULL OR s.expires_at > now())
+              WHERE m.go AND s.endpoint_id = %(endpoint)s AND (s.expires_at IS NULL OR s.expires_at > now())
               ORDER BY s.created_at DESC, s.id DESC)
-  FROM claimed c JOIN {_EVENT} e ON e.id = c.event_id JOIN {_ENDPOINT} ep ON ep.id = c.endpoint_id
+  FROM moved m LEFT JOIN {_EVENT} e ON m.go AND e.id = m.event_id
 """
 
-# One statement records the attempt and moves the delivery on, fenced by the lease we took: if it
-# ran out and another worker claimed the delivery, that worker's outcome stands (ours is still
-# recorded, truthfully).
+# Under the endpoint's lock: record the attempt truthfully, move the delivery on if our lease still
+# holds it (and it is still pending: a delete may have cancelled it meanwhile), free the lease, and
+# hand up to %(hand_on)s parked deliveries of the endpoint on into the queue.
 _RECORD_SQL = f"""
 WITH attempt AS (
     INSERT INTO {_ATTEMPT} (delivery_id, number, started_at, duration_ms, response_status, response_body, error,
                             created_at)
     VALUES (%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s, %(response_body)s,
             %(error)s, now())
+    ON CONFLICT (delivery_id, number) DO NOTHING
+), moved AS (
+    UPDATE {_DELIVERY}
+       SET status = %(status)s, next_attempt_at = %(next_attempt_at)s, locked_until = NULL, enqueued_at = NULL,
+           attempt_count = %(number)s, updated_at = now()
+     WHERE id = %(id)s AND locked_until = %(lease_end)s AND status = 'pending'
+    RETURNING id
+), released AS (
+    UPDATE {_DELIVERY} SET locked_until = NULL, updated_at = now()
+     WHERE id = %(id)s AND locked_until = %(lease_end)s AND status <> 'pending'
+), handed AS (
+    UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
+     WHERE id IN (
+        SELECT id FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND parked_at IS NOT NULL ORDER BY id
+         LIMIT greatest(0, least(%(hand_on)s, %(cap)s - (
+            SELECT count(*) FROM {_DELIVERY}
+             WHERE endpoint_id = %(endpoint)s AND locked_until > now() AND id <> %(id)s))))
+    RETURNING id
 )
-UPDATE {_DELIVERY}
-   SET status = %(status)s, next_attempt_at = %(next_attempt_at)s, locked_until = NULL, enqueued_at = NULL,
-       attempt_count = %(number)s, updated_at = now()
- WHERE id = %(id)s AND locked_until = %(lease_end)s
+SELECT EXISTS (SELECT 1 FROM moved), ARRAY(SELECT id FROM handed)
 """
 
 # What beat's dispatcher publishes, oldest due first:
@@ -73,6 +118,7 @@ UPDATE {_DELIVERY}
 #   ones lost (flush, restart); likewise for the periodic queue and what the system re-published
 #   (enqueued_at moved past created_at). This keeps a long backlog from being published again and
 #   again while it waits its turn, and still finds a lost task within the window.
+# A parked delivery is in no queue and not the dispatcher's business: its endpoint hands it on.
 _DISPATCH_SQL = f"""
 WITH waiting_main AS (
     SELECT id FROM {_DELIVERY}
@@ -86,7 +132,7 @@ WITH waiting_main AS (
      LIMIT %(in_periodic)s
 ), due AS (
     SELECT id FROM {_DELIVERY}
-     WHERE status = 'pending' AND next_attempt_at <= now()
+     WHERE status = 'pending' AND parked_at IS NULL AND next_attempt_at <= now()
        AND (locked_until IS NULL OR locked_until < now())
        AND (enqueued_at IS NULL
             OR locked_until IS NOT NULL
@@ -101,6 +147,68 @@ UPDATE {_DELIVERY} SET enqueued_at = now(), locked_until = NULL
 RETURNING id
 """
 
+# Beat: a tripped endpoint whose pause is over gets its probe: its oldest parked delivery goes back
+# into a queue (a due retry of it would do as well; the first claim after next_probe_at is the probe).
+_WAKE_PROBES_SQL = f"""
+WITH ready AS (
+    SELECT id FROM {_ENDPOINT}
+     WHERE tripped_at IS NOT NULL AND next_probe_at <= now() AND enabled AND deleted_at IS NULL
+       FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
+ WHERE id IN (SELECT (SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = ready.id AND d.parked_at IS NOT NULL
+                       ORDER BY d.id LIMIT 1)
+                FROM ready)
+RETURNING id
+"""
+
+# Beat's safety net: an endpoint with parked deliveries and no attempt in flight has no one to hand
+# them on (that takes a lost hand-on message *and* a lost lease); send up to its cap on. The endpoints
+# with parked deliveries are found by skipping through the parked index, so a long parked backlog
+# costs one index probe per endpoint, not one per delivery.
+_SWEEP_SQL = f"""
+WITH RECURSIVE parked(endpoint_id) AS (
+    (SELECT endpoint_id FROM {_DELIVERY} WHERE parked_at IS NOT NULL ORDER BY endpoint_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.endpoint_id FROM {_DELIVERY} d
+             WHERE d.parked_at IS NOT NULL AND d.endpoint_id > p.endpoint_id ORDER BY d.endpoint_id LIMIT 1)
+      FROM parked p WHERE p.endpoint_id IS NOT NULL
+), idle AS (
+    SELECT ep.id, coalesce(ep.max_in_flight, %(default_cap)s) AS cap
+      FROM {_ENDPOINT} ep JOIN parked p ON p.endpoint_id = ep.id
+     WHERE ep.tripped_at IS NULL AND ep.enabled AND ep.deleted_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM {_DELIVERY} l WHERE l.endpoint_id = ep.id AND l.locked_until > now())
+       FOR NO KEY UPDATE OF ep SKIP LOCKED
+)
+UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
+ WHERE id IN (SELECT picked.id FROM idle, LATERAL (
+                SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = idle.id AND d.parked_at IS NOT NULL
+                 ORDER BY d.id LIMIT idle.cap) picked)
+RETURNING id
+"""
+
+
+@dataclass(frozen=True)
+class EndpointState:
+    """An endpoint's row as read under its lock."""
+
+    id: str
+    tenant_id: str
+    url: str
+    active: bool
+    deleted: bool
+    cap: int
+    tripped_at: datetime | None
+    probe_due: bool | None
+    consecutive_failures: int
+    failed_probes: int
+    failing_since: datetime | None
+
+    @property
+    def breaker(self) -> breaker.BreakerState:
+        return breaker.BreakerState(self.consecutive_failures, self.tripped_at, self.failed_probes,
+                                    self.failing_since)
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -110,14 +218,78 @@ class Claim:
     number: int
     lease_end: datetime
     event_id: str
+    event_type: str
     endpoint_id: str
+    tenant_id: str
     payload: bytes
     request_id: str
     url: str
-    endpoint_active: bool
-    endpoint_deleted: bool
-    endpoint_failing: bool
     secrets: list[str]
+    probe: bool
+
+
+def _lock_endpoint(cursor, sql: str, params: dict) -> EndpointState | None:
+    cursor.execute(sql, {**params, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
+    row = cursor.fetchone()
+    return None if row is None else EndpointState(*row)
+
+
+def delivery_claim(*, delivery_id: str) -> Claim | None:
+    """Take the lease on a due delivery, within its endpoint's cap and breaker.
+
+    None when there is nothing to send now: not due, not pending, held by another worker, parked
+    (the endpoint is at its cap or tripped), or closed because its endpoint is disabled or deleted.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        endpoint = _lock_endpoint(cursor, _LOCK_ENDPOINT_OF_DELIVERY_SQL, {"id": delivery_id})
+        if endpoint is None:
+            return None  # not pending any more (or never was): a duplicate task is harmless
+        if not endpoint.active:
+            _close_for_inactive_endpoint(delivery_id=delivery_id, deleted=endpoint.deleted)
+            return None
+        tripped = endpoint.tripped_at is not None
+        cursor.execute(_CLAIM_SQL, {
+            "id": delivery_id, "endpoint": endpoint.id, "lease": settings.WEBHOOK_LEASE_SECONDS,
+            "cap": endpoint.cap, "park": tripped and not endpoint.probe_due, "probe": tripped})
+        row = cursor.fetchone()
+    if row is None or not row[0]:
+        return None  # not claimable (not due, leased) or parked
+    _, number, lease_end, event_id, event_type, payload, req_id, secrets = row
+    return Claim(delivery_id, number, lease_end, event_id, event_type, endpoint.id, endpoint.tenant_id,
+                 bytes(payload), req_id, endpoint.url, list(secrets), probe=tripped)
+
+
+def _close_for_inactive_endpoint(*, delivery_id: str, deleted: bool) -> None:
+    Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING).filter(
+        Q(locked_until__isnull=True) | Q(locked_until__lt=Now())).update(
+        status=Delivery.CANCELLED if deleted else Delivery.FAILED, next_attempt_at=None, parked_at=None,
+        enqueued_at=None, updated_at=timezone.now())
+
+
+def _release_connection() -> None:
+    """Give a pooled PostgreSQL connection back while the attempt waits on the network."""
+    if connection.settings_dict["OPTIONS"].get("pool"):
+        connection.close()
+
+
+def delivery_attempt(*, delivery_id: str) -> str | None:
+    """Claim, send and record one attempt of the delivery; return its new status, or None if skipped."""
+    claim = delivery_claim(delivery_id=delivery_id)
+    if claim is None:
+        return None
+    token = request_id.set(claim.request_id)
+    try:
+        _release_connection()
+        started_at = timezone.now()
+        headers = signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
+                                          body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
+        result = transport.send(url=claim.url, body=claim.payload, headers=headers,
+                                timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
+                                allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+        metrics.record_attempt(result)
+        return delivery_record(claim=claim, started_at=started_at, result=result)
+    finally:
+        request_id.reset(token)
 
 
 @functools.lru_cache(maxsize=4)
@@ -127,46 +299,6 @@ def _parse_schedule(text: str) -> tuple[int, ...]:
 
 def _schedule() -> tuple[int, ...]:
     return _parse_schedule(settings.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
-
-
-def delivery_claim(*, delivery_id: str) -> Claim | None:
-    """Take the lease on a due delivery; None if it is not due, not pending, or another worker has it."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, {"id": delivery_id, "lease": settings.WEBHOOK_LEASE_SECONDS})
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return Claim(delivery_id, row[0], row[1], row[2], row[3], bytes(row[4]), row[5], row[6], row[7], row[8],
-                 row[9], list(row[10]))
-
-
-def delivery_attempt(*, delivery_id: str) -> str | None:
-    """Claim, send and record one attempt of the delivery; return its new status, or None if skipped."""
-    claim = delivery_claim(delivery_id=delivery_id)
-    if claim is None:
-        return None  # not due, already done, or another worker holds it: a duplicate task is harmless
-    token = request_id.set(claim.request_id)
-    try:
-        return _attempt_claimed(claim)
-    finally:
-        request_id.reset(token)
-
-
-def _attempt_claimed(claim: Claim) -> str:
-    if not claim.endpoint_active:
-        status = Delivery.CANCELLED if claim.endpoint_deleted else Delivery.FAILED
-        Delivery.objects.filter(pk=claim.delivery_id, locked_until=claim.lease_end).update(
-            status=status, next_attempt_at=None, locked_until=None, enqueued_at=None,
-            attempt_count=claim.number - 1, updated_at=timezone.now())
-        return status
-    started_at = timezone.now()
-    headers = signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
-                                      body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
-    result = transport.send(url=claim.url, body=claim.payload, headers=headers,
-                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-    metrics.record_attempt(result)
-    return delivery_record(claim=claim, started_at=started_at, result=result)
 
 
 def delivery_decide(*, number: int, result: transport.AttemptResult, now: datetime) -> tuple[str, datetime | None]:
@@ -186,36 +318,68 @@ def delivery_decide(*, number: int, result: transport.AttemptResult, now: dateti
 
 
 def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
-    """Record the attempt truthfully, move the delivery on, and keep the endpoint's failure clock."""
+    """Record the attempt, move the delivery on, update the endpoint's breaker, hand a slot on.
+
+    One transaction under the endpoint's lock. A 410 disables the endpoint. Operational events
+    (SPEC §8) are recorded in the same transaction, except for deliveries of operational events.
+    """
     now = timezone.now()
     status, next_at = delivery_decide(number=claim.number, result=result, now=now)
-    endpoints = Endpoint.objects.filter(pk=claim.endpoint_id)
-    endpoint_writes = []  # the endpoint row is written only when its state changes
-    if result.ok and claim.endpoint_failing:
-        endpoint_writes.append(lambda: endpoints.update(failing_since=None))
-    elif not result.ok and not claim.endpoint_failing:
-        endpoint_writes.append(lambda: endpoints.filter(failing_since__isnull=True).update(failing_since=now))
-    if result.status == 410:
-        endpoint_writes.append(lambda: endpoints.update(enabled=False, disabled_reason="receiver answered 410 Gone",
-                                                        updated_at=now))
-    # Usually one statement, atomic by itself; a transaction only when the endpoint changes too.
-    with transaction.atomic() if endpoint_writes else contextlib.nullcontext(), connection.cursor() as cursor:
+    notify = not event_types.is_reserved(claim.event_type)
+    with transaction.atomic(), connection.cursor() as cursor:
+        endpoint = _lock_endpoint(cursor, _LOCK_ENDPOINT_SQL, {"endpoint": claim.endpoint_id})
+        change = breaker.after_attempt(
+            state=endpoint.breaker, ok=result.ok, probe=claim.probe, now=now,
+            threshold=settings.WEBHOOK_BREAKER_FAILURES, base=settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
+            maximum=settings.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
+        gone = result.status == 410
+        # Our slot goes to the oldest parked delivery; a recovered endpoint's whole cap opens at once.
+        if not endpoint.active or gone or change.tripped_after(endpoint.breaker):
+            hand_on = 0
+        else:
+            hand_on = endpoint.cap if change.transition == breaker.RECOVERED else 1
         cursor.execute(_RECORD_SQL, {
             "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
             "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
             "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
+            "endpoint": claim.endpoint_id, "cap": endpoint.cap, "hand_on": hand_on,
         })
-        for write in endpoint_writes:
-            write()
+        moved, handed = cursor.fetchone()
+        if change.fields:
+            Endpoint.objects.filter(pk=claim.endpoint_id).update(**change.fields)
+        if gone and endpoint.active:
+            endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
+        if notify:
+            _emit_operational(claim=claim, change=change, result=result, failed=moved and status == Delivery.FAILED)
+    if handed:
+        deliveries_enqueue(delivery_ids=handed, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
     logger.info("delivery.attempt", extra={
         "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
         "attempt": claim.number, "response_status": result.status, "error": result.error,
-        "duration_ms": result.duration_ms, "outcome": status})
+        "duration_ms": result.duration_ms, "outcome": status if moved else "superseded", "probe": claim.probe,
+        "breaker": change.transition})
     return status
 
 
+def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: transport.AttemptResult,
+                      failed: bool) -> None:
+    endpoint = {"endpoint_id": claim.endpoint_id, "url": claim.url}
+    last = {"response_status": result.status, "error": result.error}
+    if change.transition == breaker.TRIPPED:
+        event_emit_operational(tenant_id=claim.tenant_id, event_type=event_types.ENDPOINT_TRIPPED, data={
+            **endpoint, "consecutive_failures": change.fields["consecutive_failures"],
+            "next_probe_at": change.fields["next_probe_at"].isoformat(), "last_attempt": last})
+    elif change.transition == breaker.RECOVERED:
+        event_emit_operational(tenant_id=claim.tenant_id, event_type=event_types.ENDPOINT_RECOVERED, data=endpoint)
+    if failed:
+        event_emit_operational(tenant_id=claim.tenant_id, event_type=event_types.DELIVERY_FAILED, data={
+            "delivery_id": claim.delivery_id, "event_id": claim.event_id, "event_type": claim.event_type,
+            **endpoint, "attempts": claim.number, "last_attempt": last})
+
+
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
-    """Publish a task for every due delivery that needs one (beat); see _DISPATCH_SQL for which."""
+    """Beat: publish every due delivery that needs a task (see _DISPATCH_SQL), let the probes of tripped
+    endpoints go, and hand on the parked deliveries of endpoints with nothing in flight."""
     try:
         backlog = broker_backlog()
     except Exception as exc:  # broker down: nothing could be published anyway; try next run
@@ -227,6 +391,10 @@ def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
                                        "in_main": backlog[settings.CELERY_TASK_DEFAULT_QUEUE],
                                        "in_periodic": backlog[settings.HERALD_PERIODIC_QUEUE]})
         ids = [row[0] for row in cursor.fetchall()]
+        cursor.execute(_WAKE_PROBES_SQL)
+        ids += [row[0] for row in cursor.fetchall()]
+        cursor.execute(_SWEEP_SQL, {"default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
+        ids += [row[0] for row in cursor.fetchall()]
     if ids:  # if the broker is still down they stay due, and the next run picks them up again
         # Retries and recovered deliveries go to the periodic queue, which workers serve in turn
         # with the main one: a backlog of fresh events cannot hold them back.
@@ -240,7 +408,8 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     now = timezone.now()
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
-    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, locked_until=None, updated_at=now)
+    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, locked_until=None, parked_at=None,
+             updated_at=now)
     if updated:
         delivery_ids = [delivery.pk]  # re-published by the system: the periodic queue, like retries
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids,
@@ -253,5 +422,6 @@ def endpoints_disable_failing(*, now: datetime | None = None) -> int:
     """Disable endpoints that have failed continuously for WEBHOOK_DISABLE_AFTER_SECONDS."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.WEBHOOK_DISABLE_AFTER_SECONDS)
-    return Endpoint.objects.filter(enabled=True, deleted_at__isnull=True, failing_since__lte=cutoff).update(
-        enabled=False, disabled_reason="failing continuously", updated_at=now)
+    failing = Endpoint.objects.filter(enabled=True, deleted_at__isnull=True, failing_since__lte=cutoff)
+    return sum(endpoint_disable(endpoint_id=endpoint_id, reason="failing continuously")
+               for endpoint_id in failing.values_list("id", flat=True))

@@ -1,16 +1,40 @@
-"""Endpoint services: create, update, delete (cancelling pending deliveries), rotate the secret."""
+"""Endpoint services: create, update, disable, delete (cancelling pending deliveries), rotate the secret."""
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
+from webhooks import event_types
 from webhooks.models import Delivery, Endpoint, EndpointSecret, Tenant
+from webhooks.publishing import deliveries_enqueue
+from webhooks.services.events import event_emit_operational
 from webhooks.signing import generate_secret
 from webhooks.transport import check_url_host
 
 # How long a rotated-out secret keeps signing, so receivers can roll over (Svix does the same).
 OLD_SECRET_GRACE = timedelta(hours=24)
+
+# The breaker and failure clock of an endpoint that starts afresh (re-enabled, or pointed elsewhere).
+_FRESH_START = {"failing_since": None, "consecutive_failures": 0, "tripped_at": None, "next_probe_at": None,
+                "failed_probes": 0}
+
+_DELIVERY = Delivery._meta.db_table
+_ENDPOINT = Endpoint._meta.db_table
+
+# Parked deliveries of one endpoint go back into a queue, oldest first, as many as it has free slots
+# (its cap less the attempts in flight). The caller holds the endpoint's row lock, which every claim
+# and record of that endpoint takes too, so the count cannot change underneath.
+HAND_ON_SQL = f"""
+UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
+ WHERE id IN (
+    SELECT id FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND parked_at IS NOT NULL ORDER BY id
+     LIMIT greatest(0, least(%(limit)s, %(cap)s - (
+        SELECT count(*) FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND locked_until > now()))))
+RETURNING id
+"""
 
 
 class EndpointUrlRefused(ValueError):
@@ -29,35 +53,91 @@ def endpoint_url_check(*, url: str) -> None:
         raise EndpointUrlRefused(str(exc)) from None
 
 
+def endpoint_max_in_flight(endpoint: Endpoint) -> int:
+    """The endpoint's cap on attempts in flight: its own, or the deployment's default."""
+    return endpoint.max_in_flight or settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
+
+
 @transaction.atomic
 def endpoint_create(*, tenant: Tenant, url: str, event_types: list[str], channels: list[str],
-                    description: str = "") -> Endpoint:
+                    description: str = "", max_in_flight: int | None = None) -> Endpoint:
     """Create an endpoint with a fresh `whsec_` secret."""
     endpoint_url_check(url=url)
     endpoint = Endpoint.objects.create(tenant=tenant, url=url, event_types=event_types, channels=channels,
-                                       description=description)
+                                       description=description, max_in_flight=max_in_flight)
     secret = EndpointSecret.objects.create(endpoint=endpoint, secret=generate_secret())
     endpoint.current_secret = secret.secret
     return endpoint
 
 
-UPDATABLE_FIELDS = ("url", "event_types", "channels", "description", "enabled")
+UPDATABLE_FIELDS = ("url", "event_types", "channels", "description", "enabled", "max_in_flight")
 
 
+@transaction.atomic
 def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
-    """Apply a partial update; re-enabling clears the failure record."""
+    """Apply a partial update: only the named columns are written, so a concurrent breaker trip,
+    failure mark or disable by a worker is never undone by a stale copy of the row.
+
+    Re-enabling (or a new URL) starts the failure clock and the breaker afresh; disabling fails
+    what was waiting; a higher cap hands parked deliveries on at once.
+    """
     unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
         raise TypeError(f"cannot update {sorted(unknown)}")
     if "url" in changes:
         endpoint_url_check(url=changes["url"])
-    for field, value in changes.items():
-        setattr(endpoint, field, value)
+    fields = dict(changes)
     if changes.get("enabled") is True:
-        endpoint.disabled_reason = ""
-        endpoint.failing_since = None
-    endpoint.save()
+        fields.update(_FRESH_START, disabled_reason="")
+    elif "url" in changes:
+        fields.update(_FRESH_START)
+    Endpoint.objects.filter(pk=endpoint.pk, deleted_at__isnull=True).update(**fields, updated_at=timezone.now())
+    if changes.get("enabled") is False:
+        _fail_waiting(endpoint_id=endpoint.pk)
+    elif {"enabled", "url", "max_in_flight"} & set(changes):
+        endpoint.refresh_from_db()
+        endpoint_hand_on(endpoint=endpoint)
+    endpoint.refresh_from_db()
     return endpoint
+
+
+def endpoint_hand_on(*, endpoint: Endpoint, limit: int | None = None) -> list[str]:
+    """Send an endpoint's parked deliveries on, up to its free slots (`limit` at most); in a transaction
+    that holds the endpoint's row lock. A tripped or disabled endpoint hands nothing on."""
+    if endpoint.health_state != Endpoint.HEALTHY:
+        return []
+    cap = endpoint_max_in_flight(endpoint)
+    with connection.cursor() as cursor:
+        cursor.execute(HAND_ON_SQL, {"endpoint": endpoint.pk, "cap": cap, "limit": cap if limit is None else limit})
+        ids = [row[0] for row in cursor.fetchall()]
+    if ids:
+        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids, inline=True,
+                                                         queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
+    return ids
+
+
+def _fail_waiting(*, endpoint_id: str) -> int:
+    """A disabled endpoint receives nothing: what waits for it (not in flight) is failed now."""
+    return Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).filter(
+        Q(locked_until__isnull=True) | Q(locked_until__lt=Now())).update(
+        status=Delivery.FAILED, next_attempt_at=None, parked_at=None, enqueued_at=None, locked_until=None,
+        updated_at=Now())
+
+
+@transaction.atomic
+def endpoint_disable(*, endpoint_id: str, reason: str, notify: bool = True) -> bool:
+    """Disable an enabled endpoint for `reason`, fail what waits for it, and tell the tenant with a
+    `herald.endpoint.disabled` event (SPEC §8) unless `notify` is off. False if it was not enabled."""
+    row = Endpoint.objects.filter(pk=endpoint_id, enabled=True, deleted_at__isnull=True)
+    found = list(row.values_list("tenant_id", "url"))
+    if not found or not row.update(enabled=False, disabled_reason=reason, updated_at=timezone.now()):
+        return False
+    _fail_waiting(endpoint_id=endpoint_id)
+    if notify:
+        tenant_id, url = found[0]
+        event_emit_operational(tenant_id=tenant_id, event_type=event_types.ENDPOINT_DISABLED,
+                               data={"endpoint_id": endpoint_id, "url": url, "reason": reason})
+    return True
 
 
 @transaction.atomic
@@ -66,7 +146,7 @@ def endpoint_delete(*, endpoint: Endpoint) -> int:
     now = timezone.now()
     Endpoint.objects.filter(pk=endpoint.pk).update(deleted_at=now, enabled=False, updated_at=now)
     return Delivery.objects.filter(endpoint=endpoint, status=Delivery.PENDING).update(
-        status=Delivery.CANCELLED, next_attempt_at=None, updated_at=now)
+        status=Delivery.CANCELLED, next_attempt_at=None, parked_at=None, updated_at=now)
 
 
 @transaction.atomic

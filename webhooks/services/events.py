@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
-from webhooks.event_types import matching_patterns
+from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
@@ -16,7 +16,8 @@ from webhooks.publishing import deliveries_enqueue
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
 # event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
-# endpoint's rank, so they stay unique and time-ordered without a round trip per id.
+# endpoint's rank, so they stay unique and time-ordered without a round trip per id. An operational
+# event (`herald.…`, SPEC §8) goes only to endpoints whose `event_types` name it, whatever their channels.
 _INGEST_SQL = f"""
 WITH event AS (
     INSERT INTO {Event._meta.db_table} (id, tenant_id, type, data, channels, payload, request_id, created_at)
@@ -27,8 +28,8 @@ WITH event AS (
     SELECT id, row_number() OVER (ORDER BY id) AS rank
       FROM {Endpoint._meta.db_table}
      WHERE tenant_id = %(tenant)s AND enabled AND deleted_at IS NULL
-       AND (event_types = '{{}}' OR event_types && %(patterns)s::varchar[])
-       AND (channels = '{{}}' OR channels && %(channels)s::varchar[])
+       AND ((event_types = '{{}}' AND NOT %(reserved)s) OR event_types && %(patterns)s::varchar[])
+       AND (channels = '{{}}' OR channels && %(channels)s::varchar[] OR %(reserved)s)
 )
 INSERT INTO {Delivery._meta.db_table}
     (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, enqueued_at, created_at,
@@ -48,21 +49,28 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     moment is logged, not raised: the rows are safe in PostgreSQL and the dispatcher sends them.
     """
     created_at = now or timezone.now()
-    event = Event(id=ids.event_id(), tenant=tenant, type=event_type, data=data, channels=channels,
+    event = Event(id=ids.event_id(), tenant_id=tenant.pk, type=event_type, data=data, channels=channels,
                   created_at=created_at, request_id=request_id.get(),
                   payload=build_payload(event_type=event_type, created_at=created_at, data=data))
     with connection.cursor() as cursor:
         cursor.execute(_INGEST_SQL, {
             "event_id": event.id, "tenant": tenant.pk, "type": event_type, "data": json.dumps(data),
             "channels": channels, "payload": event.payload, "request_id": event.request_id, "now": created_at,
-            "patterns": matching_patterns(event_type), "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
+            "patterns": matching_patterns(event_type), "reserved": is_reserved(event_type),
+            "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
         })
         rows = cursor.fetchall()
     event._state.adding = False
-    event.delivery_list = [Delivery(id=delivery_id, tenant=tenant, event=event, endpoint_id=endpoint_id,
+    event.delivery_list = [Delivery(id=delivery_id, tenant_id=tenant.pk, event=event, endpoint_id=endpoint_id,
                                     status=Delivery.PENDING, next_attempt_at=created_at, enqueued_at=created_at)
                            for delivery_id, endpoint_id in rows]
     if rows:
         delivery_ids = [row[0] for row in rows]
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
     return event
+
+
+def event_emit_operational(*, tenant_id: str, event_type: str, data: dict[str, Any]) -> Event:
+    """Record one of Herald's own events (SPEC §8) for the tenant, in the caller's transaction."""
+    assert is_reserved(event_type), event_type
+    return event_ingest(tenant=Tenant(pk=tenant_id), event_type=event_type, data=data, channels=[])

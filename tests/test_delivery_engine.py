@@ -1,0 +1,278 @@
+"""The delivery engine in-process: per-endpoint cap, parking and hand-on, the breaker, operational events.
+
+Real PostgreSQL, real Redis (the `broker` fixture reads what was published) and a real receiver; the
+worker is this process, so every step can be looked at. `test_delivery_isolation.py` runs the same
+rules through real Celery workers.
+"""
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from tests.conftest import wait_until
+from tests.receiver import Answer
+from webhooks import transport
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.services.delivery import (delivery_attempt, delivery_claim, delivery_record,
+                                        deliveries_dispatch_due)
+from webhooks.services.endpoints import endpoint_delete, endpoint_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _endpoint(api, url, **extra):
+    response = api.post("endpoints", {"url": url, **extra})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def _deliveries(api, count, event_type="invoice.paid", endpoint=None):
+    """Post `count` events; the id of each one's delivery (to `endpoint`, if several match)."""
+    out = []
+    for n in range(count):
+        deliveries = api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"]
+        out += [d["id"] for d in deliveries if endpoint is None or d["endpoint_id"] == endpoint["id"]][:1]
+    return out
+
+
+def _send(claim):
+    """The attempt of a claim made by the test, sent for real and recorded."""
+    started_at = timezone.now()
+    result = transport.send(url=claim.url, body=claim.payload, headers={"content-type": "application/json"},
+                            timeout=2, allow_private_networks=True)
+    return delivery_record(claim=claim, started_at=started_at, result=result)
+
+
+def _parked(ids):
+    return set(Delivery.objects.filter(pk__in=ids, parked_at__isnull=False).values_list("id", flat=True))
+
+
+def _operational(tenant):
+    return list(Event.objects.filter(tenant=tenant, type__startswith="herald.").order_by("id"))
+
+
+def test_a_delivery_over_the_cap_is_parked_without_an_attempt_and_handed_on_when_a_slot_frees(api, receiver, broker):
+    # given an endpoint that takes one attempt at a time, with one in flight
+    _endpoint(api, receiver.url(), max_in_flight=1)
+    first, second = _deliveries(api, 2)
+    claim = delivery_claim(delivery_id=first)
+    assert claim is not None
+
+    # when the second delivery's task runs
+    assert delivery_attempt(delivery_id=second) is None
+
+    # then it is parked: no request, no attempt, no retry step, out of every queue
+    waiting = Delivery.objects.get(pk=second)
+    assert waiting.parked_at is not None and waiting.enqueued_at is None and waiting.attempt_count == 0
+    assert not DeliveryAttempt.objects.filter(delivery_id=second).exists()
+    assert receiver.received == []
+    assert deliveries_dispatch_due() == []  # beat leaves a parked delivery alone
+
+    # and the attempt that frees the slot hands it on into the queue, without waiting for beat
+    broker.clear()
+    assert _send(claim) == Delivery.SUCCEEDED
+    assert _parked([second]) == set()
+    assert second in broker.delivery_ids()
+    assert delivery_attempt(delivery_id=second) == Delivery.SUCCEEDED
+    assert [a.number for a in DeliveryAttempt.objects.filter(delivery_id=second)] == [1]
+
+
+def test_concurrent_claims_never_exceed_the_cap(api, receiver, broker):
+    # given eight deliveries for an endpoint capped at three, and a receiver that takes 0.3 s
+    _endpoint(api, receiver.url(), max_in_flight=3)
+    ids = _deliveries(api, 8)
+    broker.clear()  # the tasks intake published: this test runs them itself
+    receiver.script("/hook", *[Answer(delay=0.3)] * 8)
+    start = threading.Barrier(8)
+    outcomes = {}
+
+    def worker(delivery_id):
+        start.wait()
+        try:
+            outcomes[delivery_id] = delivery_attempt(delivery_id=delivery_id)
+        finally:
+            connection.close()
+
+    # when eight threads run their tasks at the same moment
+    threads = [threading.Thread(target=worker, args=(i,)) for i in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    # then three were sent and five parked; each finished attempt handed one parked delivery on
+    assert sorted(outcomes.values(), key=str) == sorted([Delivery.SUCCEEDED] * 3 + [None] * 5, key=str)
+    assert receiver.path_max_in_flight["/hook"] == 3
+    assert len(receiver.received) == 3
+    assert len(_parked(ids)) == 2
+    handed = [i for i in broker.delivery_ids() if i in ids]
+    assert len(handed) == 3 and not set(handed) & _parked(ids)
+
+
+def test_a_claim_whose_worker_died_costs_no_retry_step(api, receiver):
+    _endpoint(api, receiver.url())
+    (delivery_id,) = _deliveries(api, 1)
+    assert delivery_claim(delivery_id=delivery_id).number == 1
+    Delivery.objects.filter(pk=delivery_id).update(locked_until=timezone.now() - timedelta(seconds=1))  # lease ran out
+    assert delivery_attempt(delivery_id=delivery_id) == Delivery.SUCCEEDED
+    delivery = Delivery.objects.get(pk=delivery_id)
+    assert delivery.attempt_count == 1
+    assert [a.number for a in delivery.attempts.all()] == [1]
+
+
+def test_a_late_record_does_not_undo_a_cancel_but_is_kept_and_frees_the_slot(api, receiver):
+    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    (delivery_id,) = _deliveries(api, 1)
+    claim = delivery_claim(delivery_id=delivery_id)
+    endpoint_delete(endpoint=Endpoint.objects.get(pk=endpoint["id"]))  # while the attempt is in flight
+    assert Delivery.objects.get(pk=delivery_id).status == Delivery.CANCELLED
+    _send(claim)
+    delivery = Delivery.objects.get(pk=delivery_id)
+    assert delivery.status == Delivery.CANCELLED and delivery.locked_until is None
+    assert [(a.number, a.response_status) for a in delivery.attempts.all()] == [(1, 200)]
+
+
+def test_endpoint_update_writes_only_what_it_was_given(api, receiver):
+    endpoint = _endpoint(api, receiver.url())
+    stale = Endpoint.objects.get(pk=endpoint["id"])  # read before a worker trips the breaker
+    tripped_at = timezone.now()
+    Endpoint.objects.filter(pk=stale.pk).update(consecutive_failures=5, tripped_at=tripped_at,
+                                                next_probe_at=tripped_at, failing_since=tripped_at)
+    endpoint_update(endpoint=stale, description="billing")
+    fresh = Endpoint.objects.get(pk=stale.pk)
+    assert fresh.description == "billing"
+    assert (fresh.consecutive_failures, fresh.tripped_at, fresh.failing_since) == (5, tripped_at, tripped_at)
+
+
+def test_raising_the_cap_hands_parked_deliveries_on_at_once(api, receiver, broker):
+    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    ids = _deliveries(api, 4)
+    assert delivery_claim(delivery_id=ids[0]) is not None
+    for delivery_id in ids[1:]:
+        assert delivery_attempt(delivery_id=delivery_id) is None
+    assert _parked(ids) == set(ids[1:])
+    broker.clear()
+    response = api.patch(f"endpoints/{endpoint['id']}", {"max_in_flight": 3})
+    assert response.status_code == 200 and response.json()["max_in_flight"] == 3
+    assert _parked(ids) == {ids[3]}  # one slot is still taken by the attempt in flight
+    assert sorted(broker.delivery_ids()) == ids[1:3]
+
+
+def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
+    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    ids = _deliveries(api, 3)
+    claim = delivery_claim(delivery_id=ids[0])
+    assert delivery_attempt(delivery_id=ids[1]) is None
+    Endpoint.objects.filter(pk=endpoint["id"]).update(consecutive_failures=3, failing_since=timezone.now())
+    assert api.patch(f"endpoints/{endpoint['id']}", {"enabled": False}).status_code == 200
+    statuses = dict(Delivery.objects.filter(pk__in=ids).values_list("id", "status"))
+    assert statuses == {ids[0]: "pending", ids[1]: "failed", ids[2]: "failed"}  # the one in flight finishes
+    _send(claim)
+    body = api.patch(f"endpoints/{endpoint['id']}", {"enabled": True}).json()
+    assert body["health"] == {"state": "healthy", "consecutive_failures": 0, "failing_since": None,
+                              "next_probe_at": None}
+
+
+def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, settings):
+    settings.WEBHOOK_BREAKER_FAILURES = 2
+    settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS = 1
+    monitor = _endpoint(api, receiver.url("/monitor"), event_types=["herald.*"])
+    flaky = _endpoint(api, receiver.url("/flaky"), event_types=["invoice.*"], max_in_flight=5)
+    receiver.script("/flaky", 500, 500, 500)  # two failures trip it; the first probe fails too
+    ids = _deliveries(api, 4)
+
+    # two consecutive failures trip the breaker and tell the tenant
+    assert delivery_attempt(delivery_id=ids[0]) == Delivery.PENDING
+    assert delivery_attempt(delivery_id=ids[1]) == Delivery.PENDING
+    health = api.get(f"endpoints/{flaky['id']}").json()["health"]
+    assert health["state"] == "tripped" and health["consecutive_failures"] == 2
+    assert health["failing_since"] is not None and health["next_probe_at"] is not None
+    (tripped,) = _operational(api.tenant)
+    assert tripped.type == "herald.endpoint.tripped"
+    assert tripped.data["endpoint_id"] == flaky["id"] and tripped.data["consecutive_failures"] == 2
+    assert [d.endpoint_id for d in tripped.deliveries.all()] == [monitor["id"]]
+
+    # while tripped nothing is sent, and waiting uses up no retry step
+    assert delivery_attempt(delivery_id=ids[2]) is None
+    assert delivery_attempt(delivery_id=ids[3]) is None
+    assert _parked(ids) == {ids[2], ids[3]}
+    assert Delivery.objects.get(pk=ids[2]).attempt_count == 0
+    assert len(receiver.requests_to("/flaky")) == 2
+
+    # the pause ends: beat lets one probe go (the oldest parked delivery); it fails, the pause doubles
+    time.sleep(1.1)
+    broker.clear()
+    assert ids[2] in deliveries_dispatch_due()
+    assert delivery_attempt(delivery_id=ids[2]) == Delivery.PENDING
+    endpoint = Endpoint.objects.get(pk=flaky["id"])
+    assert endpoint.failed_probes == 1
+    assert 1.8 <= (endpoint.next_probe_at - timezone.now()).total_seconds() <= 2.1
+    assert delivery_attempt(delivery_id=ids[3]) is None  # still one probe at a time
+
+    # the next probe succeeds: the breaker closes, the tenant hears of it, the backlog flows
+    time.sleep(2.1)
+    broker.clear()
+    woken = deliveries_dispatch_due()
+    probe = next(i for i in ids if i in woken)
+    assert delivery_attempt(delivery_id=probe) == Delivery.SUCCEEDED
+    assert api.get(f"endpoints/{flaky['id']}").json()["health"]["state"] == "healthy"
+    assert [e.type for e in _operational(api.tenant)] == ["herald.endpoint.tripped", "herald.endpoint.recovered"]
+    assert _parked(ids) == set()
+    Delivery.objects.filter(pk__in=ids, status="pending").update(next_attempt_at=timezone.now())
+    for delivery_id in ids:
+        delivery_attempt(delivery_id=delivery_id)
+    assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 4
+    # the parked delivery that became the probe paid one attempt for its own failure, none for waiting
+    assert Delivery.objects.get(pk=ids[3]).attempt_count == 1
+
+
+def test_operational_events_go_only_to_endpoints_that_name_them(api, receiver, settings):
+    settings.WEBHOOK_RETRY_SCHEDULE = "0"
+    subscribers = {name: _endpoint(api, receiver.url(f"/{name}"), event_types=types, channels=channels)["id"]
+                   for name, types, channels in [
+                       ("all", [], []), ("star", ["*"], []), ("herald", ["herald.*"], []),
+                       ("exact", ["herald.endpoint.disabled"], []), ("failed", ["herald.delivery.failed"], []),
+                       ("channelled", ["herald.endpoint.*"], ["eu"])]}
+    gone = _endpoint(api, receiver.url("/gone"), event_types=["gone.*"])
+    receiver.script("/gone", 410)
+    (delivery_id,) = _deliveries(api, 1, event_type="gone.away", endpoint=gone)
+
+    assert delivery_attempt(delivery_id=delivery_id) == Delivery.FAILED
+    assert Endpoint.objects.get(pk=gone["id"]).enabled is False
+    events = _operational(api.tenant)
+    assert [e.type for e in events] == ["herald.endpoint.disabled", "herald.delivery.failed"]
+    disabled, failed = events
+    assert disabled.data == {"endpoint_id": gone["id"], "url": gone["url"], "reason": "receiver answered 410 Gone"}
+    assert {d.endpoint_id for d in disabled.deliveries.all()} == {
+        subscribers["herald"], subscribers["exact"], subscribers["channelled"]}
+    assert {d.endpoint_id for d in failed.deliveries.all()} == {subscribers["herald"], subscribers["failed"]}
+    assert failed.data["delivery_id"] == delivery_id and failed.data["last_attempt"]["response_status"] == 410
+
+    # a delivery of an operational event that fails for good causes no operational event of its own
+    receiver.script("/herald", 500, 500)
+    op_delivery = disabled.deliveries.get(endpoint_id=subscribers["herald"]).id
+    assert delivery_attempt(delivery_id=op_delivery) == Delivery.PENDING
+    assert delivery_attempt(delivery_id=op_delivery) == Delivery.FAILED
+    assert len(_operational(api.tenant)) == 2
+
+
+def test_a_delivery_that_uses_its_last_attempt_is_reported(api, receiver, settings):
+    settings.WEBHOOK_RETRY_SCHEDULE = "0"
+    monitor = _endpoint(api, receiver.url("/monitor"), event_types=["herald.delivery.failed"])
+    target = _endpoint(api, receiver.url("/down"), event_types=["invoice.*"])
+    receiver.script("/down", 500, Answer(status=503, body=b"maintenance"))
+    (delivery_id,) = _deliveries(api, 1)
+    assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
+    assert _operational(api.tenant) == []
+    assert delivery_attempt(delivery_id=delivery_id) == Delivery.FAILED
+    (event,) = _operational(api.tenant)
+    assert event.data == {"delivery_id": delivery_id, "event_id": Delivery.objects.get(pk=delivery_id).event_id,
+                          "event_type": "invoice.paid", "endpoint_id": target["id"], "url": target["url"],
+                          "attempts": 2, "last_attempt": {"response_status": 503, "error": ""}}
+    (op_delivery,) = event.deliveries.all()
+    assert op_delivery.endpoint_id == monitor["id"]
+    assert delivery_attempt(delivery_id=op_delivery.id) == Delivery.SUCCEEDED
+    wait_until(lambda: receiver.requests_to("/monitor"))
