@@ -121,7 +121,7 @@ class Bench:
         self.purge_queue()
 
     # --- delivery ----------------------------------------------------------------------------
-    def make_deliveries(self, tenant, events: int) -> list[str]:
+    def make_deliveries(self, tenant, events: int, event_type: str = "invoice.paid") -> list[str]:
         from django.db import transaction
 
         from webhooks.services.events import event_ingest
@@ -129,50 +129,128 @@ class Bench:
         ids = []
         for n in range(events):
             with transaction.atomic():
-                event = event_ingest(tenant=tenant, event_type="invoice.paid", data={"invoice": f"in_{n}"},
+                event = event_ingest(tenant=tenant, event_type=event_type, data={"invoice": f"in_{n}"},
                                      channels=[])
             ids += [d.id for d in event.delivery_list]
         return ids
 
-    def drain(self, expected: int, concurrency: int, timeout: float = 300) -> dict:
-        """Start a worker on a pre-filled queue; deliveries/s from the receiver's first to last arrival."""
+    def tenant_with_endpoints(self, name: str, paths: list[str], **options):
+        """A tenant with one endpoint per receiver path (all subscribed to everything), and its token."""
+        from intake.credentials import credential_create
+        from webhooks.services.endpoints import endpoint_create
+
+        credential, token = credential_create(tenant_name=f"{name}-{uuid.uuid4().hex[:6]}")
+        for path in paths:
+            endpoint_create(tenant=credential.tenant, url=f"{self.receiver.url}{path}", event_types=[],
+                            channels=[], **options)
+        return credential.tenant, token
+
+    def drain(self, expected: int, name: str = "drain", timeout: float = 300) -> dict:
+        """Start `celery -A config worker` (as the README does) on a pre-filled queue; deliveries/s from the
+        receiver's first to last arrival, the most attempts in flight and PostgreSQL connections it used."""
         self.reset_receiver()
-        proc = stack.worker(f"drain{concurrency}", concurrency)
-        try:
-            deadline = time.monotonic() + timeout
-            while self.receiver_stats()["count"] < expected:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {self.receiver_stats()['count']}/{expected} delivered")
-                time.sleep(0.1)
-            stats = self.receiver_stats()
-            peak = proc.peak_rss_mb()
-        finally:
-            proc.stop()
+        with stack.ConnectionSampler("herald-worker") as connections:
+            proc = stack.worker(name)
+            try:
+                deadline = time.monotonic() + timeout
+                while self.receiver_stats()["count"] < expected:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"only {self.receiver_stats()['count']}/{expected} delivered")
+                    time.sleep(0.1)
+                stats = self.receiver_stats()
+                peak = proc.peak_rss_mb()
+            finally:
+                proc.stop()
         span = stats["last"] - stats["first"]
         return {"deliveries": expected, "seconds": span, "per_second": (stats["count"] - 1) / span if span else 0,
-                "worker_peak_rss_mb": round(max(peak.values()), 1)}
+                "peak_in_flight": max(stats["peak_in_flight"].values(), default=0),
+                "db_connections_peak": connections.peak, "worker_peak_rss_mb": round(max(peak.values()), 1)}
 
     def delivery(self):
+        """A fast local receiver: Herald against a bare Celery task, same worker command on both sides."""
         from bench.floor_tasks import floor_post
 
         count = 400 if self.quick else 1500
-        rows = []
-        for concurrency in (1, 2):
-            for n in range(count):
-                floor_post.delay(f"floor-{n}", f"{self.receiver.url}/floor")
-            floor = self.drain(count, concurrency)
-            self.make_deliveries(self.credential.tenant, count)
-            herald = self.drain(count, concurrency)
-            rows.append({"worker_processes": concurrency, "floor": floor, "herald": herald,
-                         "ratio": herald["per_second"] / floor["per_second"]})
-            print(f"delivery c={concurrency} herald {herald['per_second']:.0f}/s floor {floor['per_second']:.0f}/s "
-                  f"ratio {rows[-1]['ratio']:.2f}", flush=True)
-        self.results["delivery"] = rows
+        for n in range(count):
+            floor_post.delay(f"floor-{n}", f"{self.receiver.url}/floor")
+        floor = self.drain(count, "floor")
+        from django.conf import settings
+
+        # The cap set to the worker's thread count, so that both sides may keep as many requests in flight.
+        uncapped, _ = self.tenant_with_endpoints("fast", ["/fast"], max_in_flight=settings.WEBHOOK_WORKER_CONCURRENCY)
+        self.make_deliveries(uncapped, count)
+        herald = self.drain(count, "herald")
+        capped, _ = self.tenant_with_endpoints("fast-default-cap", ["/fast"])
+        self.make_deliveries(capped, count)
+        default_cap = self.drain(count, "herald-cap")
+        row = {"worker_processes": 1, "floor": floor, "herald": herald, "herald_default_cap": default_cap,
+               "ratio": herald["per_second"] / floor["per_second"]}
+        print(f"delivery (fast receiver) herald {herald['per_second']:.0f}/s floor {floor['per_second']:.0f}/s "
+              f"ratio {row['ratio']:.2f}; at the default cap of 10: {default_cap['per_second']:.0f}/s", flush=True)
+        self.results["delivery"] = [row]
+
+    def slow_receivers(self):
+        """10 endpoints that each answer after 200 ms, 1,000 deliveries queued, one default worker."""
+        tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/200/ep{n}" for n in range(10)])
+        self.make_deliveries(tenant, 100)  # x 10 endpoints
+        result = self.drain(1000, "slow")
+        self.results["slow_receivers"] = result
+        print(f"slow receivers (10 x 200 ms): {result['per_second']:.0f} deliveries/s, {result['peak_in_flight']} "
+              f"in flight at most, {result['db_connections_peak']} PostgreSQL connections", flush=True)
+        self.cancel_backlog()
+
+    def noisy_neighbour(self):
+        """An endpoint that hangs past the timeout with 60 deliveries queued ahead; a healthy endpoint of the
+        same tenant then gets an event every 100 ms through the API: its post-to-arrival latency."""
+        import requests
+
+        from webhooks.services.endpoints import endpoint_create
+
+        tenant, token = self.tenant_with_endpoints("noisy", [])
+        endpoint_create(tenant=tenant, url=f"{self.receiver.url}/hang/ep", event_types=["hang.*"], channels=[])
+        endpoint_create(tenant=tenant, url=f"{self.receiver.url}/ok", event_types=["ok.*"], channels=[])
+        self.make_deliveries(tenant, 60, event_type="hang.thing")
+        self.reset_receiver()
+        procs = [stack.worker("noisy"), stack.beat()]
+        session = requests.Session()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        sent: dict[str, float] = {}
+        try:
+            deadline = time.monotonic() + 30
+            while self.receiver_stats()["peak_in_flight"].get("/hang/ep", 0) < 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            duration = 10 if self.quick else 20
+            start = time.monotonic()
+            for i in range(int(duration * 10)):
+                delay = start + i / 10 - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                response = session.post(f"{self.web.url}/api/v1/events", timeout=10, data=json.dumps(
+                    {"type": "ok.thing", "data": {"n": i}}), headers={**headers, "Idempotency-Key": uuid.uuid4().hex})
+                sent[response.json()["id"]] = time.time()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                stats = self.receiver_stats()
+                if all(i in stats["received"] for i in sent):
+                    break
+                time.sleep(0.2)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+        latencies = [(stats["received"][i] - at) * 1000 for i, at in sent.items() if i in stats["received"]]
+        result = {"events": len(sent), "arrived": len(latencies), "p50_ms": percentile(latencies, 50),
+                  "p99_ms": percentile(latencies, 99), "max_ms": max(latencies, default=float("nan")),
+                  "hanging_peak_in_flight": stats["peak_in_flight"].get("/hang/ep", 0), "samples_ms": latencies}
+        self.results["noisy_neighbour"] = result
+        print(f"noisy neighbour: healthy endpoint p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms "
+              f"({result['arrived']}/{result['events']} arrived); hanging endpoint at most "
+              f"{result['hanging_peak_in_flight']} in flight", flush=True)
+        self.cancel_backlog()
 
     def end_to_end(self):
         import requests
 
-        workers = stack.worker("e2e", 2)
+        workers = stack.worker("e2e")
         session = requests.Session()
         headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
         body = json.dumps({"type": "invoice.paid", "data": {"invoice": "in_1"}})
@@ -202,7 +280,7 @@ class Bench:
                 post(session)
                 time.sleep(0.05)
             idle, n_idle = latencies(list(sent))
-            rate = max(10.0, 0.5 * self.results["delivery"][1]["herald"]["per_second"])
+            rate = max(10.0, 0.5 * self.results["delivery"][-1]["herald"]["per_second"])
             sent.clear()
             self.reset_receiver()
             duration = 5 if self.quick else 10
@@ -238,7 +316,7 @@ class Bench:
                          connections=16, seconds=self.seconds)
             self.cancel_backlog()
             self.make_deliveries(credential.tenant, max(1, total // fan))
-            drained = self.drain(max(1, total // fan) * fan, 2)
+            drained = self.drain(max(1, total // fan) * fan, f"fanout{fan}")
             rows.append({"endpoints": fan, "intake_rps": result["rps"], "intake_p50_ms": result["p50_ms"],
                          "intake_p99_ms": result["p99_ms"], "deliveries_per_second": drained["per_second"]})
             print(f"fan-out {fan:3}: intake {result['rps']:.0f} req/s p99 {result['p99_ms']:.1f} ms, "
@@ -297,7 +375,8 @@ class Bench:
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "end_to_end", "fan_out", "prune", "memory"):
+            for name in ("intake", "delivery", "slow_receivers", "noisy_neighbour", "end_to_end", "fan_out", "prune",
+                         "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -325,7 +404,8 @@ def machine() -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,fan_out,prune,memory")
+    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,noisy_neighbour,"
+                                       "end_to_end,fan_out,prune,memory")
     args = parser.parse_args()
     Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
 

@@ -4,6 +4,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,31 @@ class Proc:
         self._fh.close()
 
 
+class ConnectionSampler:
+    """Samples, every 50 ms, how many PostgreSQL connections processes with `application_name` hold."""
+
+    def __init__(self, application_name: str):
+        self.application_name = application_name
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(f"host=127.0.0.1 dbname={DB_NAME}", autocommit=True) as conn:
+            while not self._stop.wait(0.05):
+                (count,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                                        "AND datname = current_database()", [self.application_name]).fetchone()
+                self.peak = max(self.peak, count)
+
+    def __enter__(self) -> "ConnectionSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 WEB_WORKERS = 3
 WEB_THREADS = 8
 
@@ -121,10 +147,11 @@ def gunicorn(port: int, **env) -> Proc:
     return proc
 
 
-def worker(name: str, concurrency: int, **env) -> Proc:
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--pool", "prefork", "--concurrency", str(concurrency),
-            "--loglevel", "INFO", "--hostname", f"{name}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]
+def worker(name: str, concurrency: int | None = None, **env) -> Proc:
+    """`celery -A config worker` as the README starts it (the configured pool and concurrency), named."""
+    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h"]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
     env = base_env(**env)
     env["LOG_LEVEL"] = "INFO"  # the ready line is logged at INFO
     return Proc(f"worker-{name}", argv, env, ready="ready.")

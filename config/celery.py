@@ -31,6 +31,9 @@ def _share_database_connections(sender=None, **kwargs) -> None:
     connections.close_all()
     database = connections.settings["default"]  # the dict every thread's connection is built from
     database["CONN_MAX_AGE"] = 0  # a "closed" connection returns to the pool; the pool keeps it open
+    # No `SELECT 1` on every checkout (a round trip per claim and per record): a connection broken by a
+    # PostgreSQL restart fails once, is dropped by the pool, and the claim or record is tried again.
+    database["CONN_HEALTH_CHECKS"] = False
     database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
         "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
 

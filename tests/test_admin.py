@@ -246,3 +246,20 @@ def test_reenabling_an_endpoint_goes_through_the_service(admin_client, world):
     assert endpoint.enabled and endpoint.disabled_reason == "" and endpoint.failing_since is None
     assert endpoint.description == "billing" and endpoint.url == "https://a.example.com/hook"
     assert EndpointSecret.objects.filter(endpoint=endpoint).count() == secrets
+
+
+def test_an_operator_sees_the_breaker_and_sets_the_cap(admin_client, world):
+    endpoint = Endpoint.objects.get(pk=world["endpoint"]["id"])
+    Endpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=6, tripped_at="2026-11-30T10:00:00Z",
+                                                   next_probe_at="2026-11-30T10:00:30Z")
+    tripped_list = admin_client.get(_url(Endpoint) + "?tripped_at__isempty=0").content.decode()
+    assert endpoint.pk in tripped_list and "tripped" in tripped_list
+    secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
+    response = admin_client.post(_url(Endpoint, "change", endpoint.pk), {
+        "description": "", "enabled": "on", "max_in_flight": "25",
+        "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets,
+    })
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    endpoint.refresh_from_db()
+    assert endpoint.max_in_flight == 25
+    assert endpoint.tripped_at is not None  # only what the operator changed was written

@@ -23,7 +23,9 @@ print(json.dumps({
     "beat_dispatch_every": c.beat_schedule["dispatch-due-deliveries"]["schedule"],
     "beat_prune_every": c.beat_schedule["prune-idempotency-keys"]["schedule"],
     "prune_batch": settings.IDEMPOTENCY_PRUNE_BATCH,
-    "queue": c.task_default_queue,
+    "queue": c.task_default_queue, "pool": c.worker_pool, "concurrency": c.worker_concurrency,
+    "cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT, "breaker": settings.WEBHOOK_BREAKER_FAILURES,
+    "cooldown": settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS, "db_pool": settings.WEBHOOK_WORKER_DB_POOL_SIZE,
 }))
 """
 
@@ -41,9 +43,10 @@ def test_durability_settings_and_recovery_bounds_with_the_defaults():
     conf = _defaults()
     assert conf["acks_late"] is True and conf["reject_on_worker_lost"] is True and conf["prefetch"] == 1
     assert conf["serializer"] == "json" and conf["accept"] == ["json"]
-    # time limits sit above the HTTP timeout; redelivery by Redis waits for longer than any task runs
-    assert conf["timeout"] == 15 and conf["timeout"] < conf["soft"] < conf["hard"] < conf["visibility"]
-    assert conf["lease"] > conf["timeout"]
+    # time limits sit between the attempt's deadline and the lease's end, so no second worker can claim
+    # a delivery whose attempt may still run; Redis waits longer than any task runs before redelivering
+    assert conf["timeout"] == 15 and conf["timeout"] < conf["soft"] < conf["hard"] < conf["lease"]
+    assert conf["lease"] < conf["visibility"]
     # SPEC §6: a dead worker's delivery is sent again within 2 x timeout + 30 s ...
     assert conf["lease"] + conf["interval"] <= 2 * conf["timeout"] + 30
     # ... and a lost task is enqueued again within 60 s
@@ -52,3 +55,18 @@ def test_durability_settings_and_recovery_bounds_with_the_defaults():
                             "prune-idempotency-keys": "intake.prune_idempotency_keys",
                             "disable-failing-endpoints": "webhooks.disable_failing_endpoints"}
     assert conf["beat_dispatch_every"] == 5 and conf["beat_prune_every"] == 3600 and conf["prune_batch"] == 5000
+
+
+def test_the_default_worker_is_100_threads_with_isolation_on():
+    conf = _defaults()
+    assert (conf["pool"], conf["concurrency"], conf["db_pool"]) == ("threads", 100, 10)
+    assert (conf["cap"], conf["breaker"], conf["cooldown"]) == (10, 5, 30)
+
+
+def test_a_lease_shorter_than_the_timeout_is_refused():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "WEBHOOK_TIMEOUT_SECONDS": "15",
+           "WEBHOOK_LEASE_SECONDS": "10"}
+    out = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "WEBHOOK_LEASE_SECONDS must be longer than WEBHOOK_TIMEOUT_SECONDS" in out.stderr

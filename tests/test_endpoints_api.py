@@ -115,3 +115,40 @@ def test_another_tenants_endpoint_is_404_for_every_verb(api, other_api):
         assert response.json()["code"] == "not_found"
     assert api.get("endpoints").json()["data"] == []
     assert Endpoint.objects.get(pk=theirs["id"]).enabled is True
+
+
+def test_max_in_flight_and_health_are_part_of_every_endpoint(api, settings):
+    settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = 7
+    default = _create(api)
+    assert default["max_in_flight"] == 7
+    assert default["health"] == {"state": "healthy", "consecutive_failures": 0, "failing_since": None,
+                                 "next_probe_at": None}
+    own = _create(api, url="https://b.example.com/", max_in_flight=250)
+    assert own["max_in_flight"] == 250
+    assert api.patch(f"endpoints/{own['id']}", {"max_in_flight": 1}).json()["max_in_flight"] == 1
+    assert api.patch(f"endpoints/{own['id']}", {"max_in_flight": None}).json()["max_in_flight"] == 7
+    disabled = api.patch(f"endpoints/{own['id']}", {"enabled": False}).json()
+    assert disabled["health"]["state"] == "disabled"
+
+
+@pytest.mark.parametrize("value", [0, 1001, -1, "ten", 2.5])
+def test_max_in_flight_out_of_range_is_400_and_changes_nothing(api, value):
+    endpoint = _create(api)
+    response = api.post("endpoints", {"url": "https://c.example.com/", "max_in_flight": value})
+    assert response.status_code == 400 and "max_in_flight" in response.json()["errors"]
+    response = api.patch(f"endpoints/{endpoint['id']}", {"max_in_flight": value})
+    assert response.status_code == 400
+    assert Endpoint.objects.get(pk=endpoint["id"]).max_in_flight is None
+    assert Endpoint.objects.count() == 1
+
+
+def test_a_tripped_endpoint_shows_when_it_will_be_probed(api):
+    from django.utils import timezone
+
+    endpoint = _create(api)
+    now = timezone.now()
+    Endpoint.objects.filter(pk=endpoint["id"]).update(consecutive_failures=5, tripped_at=now, failing_since=now,
+                                                      next_probe_at=now)
+    health = api.get(f"endpoints/{endpoint['id']}").json()["health"]
+    assert health["state"] == "tripped" and health["consecutive_failures"] == 5
+    assert health["next_probe_at"] == health["failing_since"] == now.isoformat().replace("+00:00", "Z")

@@ -117,7 +117,8 @@ def test_get_events_with_delivery_statuses_and_type_filter(api, other_api):
 
 @pytest.mark.parametrize("body", [{"data": {}}, {"type": "invoice.paid"}, {"type": "", "data": {}},
                                   {"type": "invoice..paid", "data": {}}, {"type": "invoice paid", "data": {}},
-                                  {"type": "a.b", "data": {}, "channels": "eu"}, ["not", "an", "object"]])
+                                  {"type": "a.b", "data": {}, "channels": "eu"}, ["not", "an", "object"],
+                                  {"type": "herald.endpoint.tripped", "data": {}}, {"type": "herald.test", "data": {}}])
 def test_invalid_events_are_400_and_store_nothing(api, body, broker):
     _endpoint(api, "https://a.example.com/")
     response = api.post("events", body)

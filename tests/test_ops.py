@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
-from webhooks.models import Delivery
+from webhooks.models import Delivery, Endpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,6 +57,13 @@ def test_delivery_state_gauges_come_from_the_database(api):
     assert samples[("herald_deliveries_pending", ())] == 2
     assert samples[("herald_deliveries_failed", ())] == 1
     assert 90 <= samples[("herald_oldest_due_delivery_age_seconds", ())] < 120
+    assert samples[("herald_delivery_attempts_in_flight", ())] == 0
+    assert samples[("herald_endpoints_tripped", ())] == 0
+    Delivery.objects.filter(pk=ids[2]).update(locked_until=timezone.now() + timedelta(seconds=30))
+    Endpoint.objects.update(tripped_at=timezone.now())
+    samples = _samples(Client().get("/metrics").content.decode())
+    assert samples[("herald_delivery_attempts_in_flight", ())] == 1
+    assert samples[("herald_endpoints_tripped", ())] == 1
 
 
 @pytest.mark.slow

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import http.server
+import json
+import shutil
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 
 import pytest
 
@@ -306,3 +312,54 @@ def test_check_url_host_error_is_clear():
 @pytest.mark.parametrize("url", ["http://93.184.216.34/", "https://93.184.216.34:8443/hook", "https://[2606:4700:4700::1111]/"])
 def test_check_url_host_accepts_global_literals(url):
     check_url_host(url)  # literals: no lookup, no traffic
+
+
+def test_concurrent_sends_overlap_their_waits(make_receiver):
+    # The worker's threads only overlap network waits if the transport releases the GIL while it waits.
+    def slow(call: Call, receiver: Receiver) -> Reply:
+        receiver.release.wait(0.4)
+        return 200, {}, b"ok"
+
+    receiver = make_receiver(slow)
+    results: list[AttemptResult] = []
+    threads = [threading.Thread(target=lambda: results.append(deliver(receiver.url, timeout=5))) for _ in range(40)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    elapsed = time.monotonic() - started
+    assert [r.status for r in results] == [200] * 40
+    assert elapsed < 2.0, f"40 sends to a 0.4 s receiver took {elapsed:.2f}s"
+
+
+_SLOW_DNS_PROBE = """
+import json, socket, sys, threading, time
+sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sink.bind(("127.0.0.9", 53))  # the only name server: it reads every query and answers none
+threading.Thread(target=lambda: [sink.recvfrom(2048) for _ in iter(int, 1)], daemon=True).start()
+from webhooks.transport import send
+started = time.monotonic()
+result = send(url="http://slow-dns.herald-test.example/hook", body=b"{}", headers={}, timeout=1.0,
+              allow_private_networks=False)
+print(json.dumps({"elapsed": time.monotonic() - started, "error": result.error, "status": result.status}), flush=True)
+import os
+os._exit(0)  # not the normal exit: freeing the handle would wait out the abandoned 30 s lookup
+"""
+
+
+def test_a_name_server_that_never_answers_is_cut_off_by_the_deadline(tmp_path):
+    # A private mount namespace whose /etc/resolv.conf names a silent server on 127.0.0.9; the
+    # machine's own resolver configuration is never touched. Needs root, as CI has.
+    if shutil.which("unshare") is None:
+        pytest.fail("this test needs unshare(1) from util-linux")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.9\noptions timeout:30 attempts:1\n")
+    script = f"mount --bind {resolv} /etc/resolv.conf && exec {sys.executable} -c '{_SLOW_DNS_PROBE}'"
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=30,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["status"] is None
+    assert result["error"].startswith("timeout"), result["error"]
+    assert 0.9 <= result["elapsed"] < 1.5, result

@@ -71,16 +71,22 @@ class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
     """Endpoints are created, rotated and deleted by tenants through the API; here ops may only
-    enable/disable one or fix its description (through `endpoint_update`, which clears the failure
-    record on re-enable)."""
+    enable/disable one, set its in-flight cap or fix its description (through `endpoint_update`,
+    which clears the failure record and the breaker on re-enable)."""
 
-    list_display = ("id", "tenant", "url", "enabled", "disabled_reason", "created_at")
-    list_filter = ("enabled", "tenant")
+    list_display = ("id", "tenant", "url", "enabled", "health", "consecutive_failures", "disabled_reason",
+                    "created_at")
+    list_filter = ("enabled", ("tripped_at", admin.EmptyFieldListFilter), "tenant")
     list_select_related = ("tenant",)
     search_fields = ("url", "id")
     fields = ("id", "tenant", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-              "failing_since", "deleted_at", "created_at", "updated_at")
-    ops_editable = ("description", "enabled")
+              "max_in_flight", "health", "consecutive_failures", "failing_since", "tripped_at", "next_probe_at",
+              "failed_probes", "deleted_at", "created_at", "updated_at")
+    ops_editable = ("description", "enabled", "max_in_flight")
+
+    @admin.display(description="health")
+    def health(self, endpoint: Endpoint) -> str:
+        return endpoint.health_state
     inlines = [EndpointSecretInline]
 
     def get_queryset(self, request):

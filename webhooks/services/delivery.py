@@ -10,6 +10,7 @@ no attempt, no retry step, no worker held. The record, under the same lock, rele
 hands the oldest parked delivery on into the queue. Because both sides hold the lock, a delivery can
 never park just after the last attempt in flight looked for someone to hand its slot to.
 """
+import contextlib
 import functools
 import logging
 import time
@@ -17,9 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+import psycopg
 from django.db import connection, transaction
-from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from webhooks import breaker, event_types, metrics, retry_policy, signing, transport
@@ -37,76 +37,21 @@ _EVENT = Event._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
 _SECRET = EndpointSecret._meta.db_table
 
-# The endpoint's row, locked, with what the claim and the record decide on.
-_ENDPOINT_COLUMNS = f"""
+# The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
+_LOCK_ENDPOINT_SQL = f"""
 SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL,
        coalesce(ep.max_in_flight, %(default_cap)s), ep.tripped_at, ep.next_probe_at <= now(),
        ep.consecutive_failures, ep.failed_probes, ep.failing_since
   FROM {_ENDPOINT} ep
-"""
-_LOCK_ENDPOINT_OF_DELIVERY_SQL = _ENDPOINT_COLUMNS + f"""
- WHERE ep.id = (SELECT endpoint_id FROM {_DELIVERY} WHERE id = %(id)s AND status = 'pending')
+ WHERE ep.id = %(endpoint)s
    FOR NO KEY UPDATE
 """
-_LOCK_ENDPOINT_SQL = _ENDPOINT_COLUMNS + " WHERE ep.id = %(endpoint)s FOR NO KEY UPDATE"
-
-# Under the endpoint's lock: a pending, due delivery whose lease is free either takes a lease (if the
-# endpoint has a free slot and no reason to wait) or is parked. A probe of a tripped endpoint also
-# moves the endpoint's next_probe_at to its lease's end: one probe at a time. The attempt number is
-# the next after those recorded, so a claim whose worker died costs no retry step.
-_CLAIM_SQL = f"""
-WITH busy AS (
-    SELECT count(*) AS n FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND locked_until > now()
-), moved AS (
-    UPDATE {_DELIVERY} d
-       SET locked_until = CASE WHEN decision.go THEN now() + make_interval(secs => %(lease)s) END,
-           parked_at = CASE WHEN decision.go THEN NULL ELSE coalesce(d.parked_at, now()) END,
-           enqueued_at = CASE WHEN decision.go THEN d.enqueued_at END,
-           updated_at = now()
-      FROM (SELECT NOT %(park)s AND n < %(cap)s AS go FROM busy) decision
-     WHERE d.id = %(id)s AND d.status = 'pending' AND d.next_attempt_at <= now()
-       AND (d.locked_until IS NULL OR d.locked_until < now())
-    RETURNING decision.go, d.attempt_count, d.locked_until, d.event_id
-), probe AS (
-    UPDATE {_ENDPOINT} SET next_probe_at = (SELECT locked_until FROM moved)
-     WHERE id = %(endpoint)s AND %(probe)s AND (SELECT go FROM moved)
-)
-SELECT m.go, m.attempt_count + 1, m.locked_until, m.event_id, e.type, e.payload, e.request_id,
-       ARRAY(SELECT s.secret FROM {_SECRET} s
-              WHERE m.go AND s.endpoint_id = %(endpoint)s AND (s.expires_at IS NULL OR s.expires_at > now())
-              ORDER BY s.created_at DESC, s.id DESC)
-  FROM moved m LEFT JOIN {_EVENT} e ON m.go AND e.id = m.event_id
-"""
-
-# Under the endpoint's lock: record the attempt truthfully, move the delivery on if our lease still
-# holds it (and it is still pending: a delete may have cancelled it meanwhile), free the lease, and
-# hand up to %(hand_on)s parked deliveries of the endpoint on into the queue.
-_RECORD_SQL = f"""
-WITH attempt AS (
-    INSERT INTO {_ATTEMPT} (delivery_id, number, started_at, duration_ms, response_status, response_body, error,
-                            created_at)
-    VALUES (%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s, %(response_body)s,
-            %(error)s, now())
-    ON CONFLICT (delivery_id, number) DO NOTHING
-), moved AS (
-    UPDATE {_DELIVERY}
-       SET status = %(status)s, next_attempt_at = %(next_attempt_at)s, locked_until = NULL, enqueued_at = NULL,
-           attempt_count = %(number)s, updated_at = now()
-     WHERE id = %(id)s AND locked_until = %(lease_end)s AND status = 'pending'
-    RETURNING id
-), released AS (
-    UPDATE {_DELIVERY} SET locked_until = NULL, updated_at = now()
-     WHERE id = %(id)s AND locked_until = %(lease_end)s AND status <> 'pending'
-), handed AS (
-    UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
-     WHERE id IN (
-        SELECT id FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND parked_at IS NOT NULL ORDER BY id
-         LIMIT greatest(0, least(%(hand_on)s, %(cap)s - (
-            SELECT count(*) FROM {_DELIVERY}
-             WHERE endpoint_id = %(endpoint)s AND locked_until > now() AND id <> %(id)s))))
-    RETURNING id
-)
-SELECT EXISTS (SELECT 1 FROM moved), ARRAY(SELECT id FROM handed)
+# Both functions are defined, and their rules explained, in migrations/0006_claim_and_record_functions.py.
+_CLAIM_SQL = "SELECT * FROM herald_delivery_claim(%(id)s, %(lease)s, %(default_cap)s)"
+_RECORD_SQL = """
+SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s,
+    %(response_body)s, %(error)s, %(status)s, %(next_attempt_at)s, %(lease_end)s, %(endpoint)s, %(default_cap)s,
+    %(fast)s, %(hand_on)s)
 """
 
 # What beat's dispatcher publishes, oldest due first:
@@ -226,12 +171,49 @@ class Claim:
     url: str
     secrets: list[str]
     probe: bool
+    endpoint_healthy: bool  # as the claim saw it: not tripped, no failure counted
 
 
-def _lock_endpoint(cursor, sql: str, params: dict) -> EndpointState | None:
-    cursor.execute(sql, {**params, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
-    row = cursor.fetchone()
-    return None if row is None else EndpointState(*row)
+def _lock_endpoint(cursor, params: dict) -> EndpointState:
+    cursor.execute(_LOCK_ENDPOINT_SQL, {**params, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
+    return EndpointState(*cursor.fetchone())
+
+
+def _call(sql: str, params: dict):
+    """Run one statement (a claim or a record function) as its own transaction; return its row.
+
+    In a threaded worker the connection comes straight from its psycopg pool, without Django's
+    per-checkout bookkeeping; a connection found broken (PostgreSQL restarted) is dropped and the
+    call made once more on a fresh one. Both functions are safe to repeat: one that did commit finds
+    nothing left to do the second time.
+    """
+    if connection.in_atomic_block:
+        raise RuntimeError("a delivery is claimed and recorded in transactions of its own, not inside another")
+    for attempt in (1, 2):
+        with _raw_connection() as raw:
+            try:
+                with raw.cursor() as cursor:
+                    cursor.execute(sql, params)
+                    return cursor.fetchone()
+            except psycopg.OperationalError:
+                if attempt == 2 or not raw.closed:
+                    raise
+
+
+@contextlib.contextmanager
+def _raw_connection():
+    pool = connection.pool  # the worker's psycopg pool (config/celery.py), or None
+    if pool is None:
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            yield connection.connection
+        return
+    pool.open()  # a no-op once open
+    raw = pool.getconn()
+    try:
+        yield raw
+    finally:
+        pool.putconn(raw)  # a broken connection is discarded and replaced by the pool
 
 
 def delivery_claim(*, delivery_id: str) -> Claim | None:
@@ -240,36 +222,14 @@ def delivery_claim(*, delivery_id: str) -> Claim | None:
     None when there is nothing to send now: not due, not pending, held by another worker, parked
     (the endpoint is at its cap or tripped), or closed because its endpoint is disabled or deleted.
     """
-    with transaction.atomic(), connection.cursor() as cursor:
-        endpoint = _lock_endpoint(cursor, _LOCK_ENDPOINT_OF_DELIVERY_SQL, {"id": delivery_id})
-        if endpoint is None:
-            return None  # not pending any more (or never was): a duplicate task is harmless
-        if not endpoint.active:
-            _close_for_inactive_endpoint(delivery_id=delivery_id, deleted=endpoint.deleted)
-            return None
-        tripped = endpoint.tripped_at is not None
-        cursor.execute(_CLAIM_SQL, {
-            "id": delivery_id, "endpoint": endpoint.id, "lease": settings.WEBHOOK_LEASE_SECONDS,
-            "cap": endpoint.cap, "park": tripped and not endpoint.probe_due, "probe": tripped})
-        row = cursor.fetchone()
+    row = _call(_CLAIM_SQL, {"id": delivery_id, "lease": settings.WEBHOOK_LEASE_SECONDS,
+                             "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
     if row is None or not row[0]:
-        return None  # not claimable (not due, leased) or parked
-    _, number, lease_end, event_id, event_type, payload, req_id, secrets = row
-    return Claim(delivery_id, number, lease_end, event_id, event_type, endpoint.id, endpoint.tenant_id,
-                 bytes(payload), req_id, endpoint.url, list(secrets), probe=tripped)
-
-
-def _close_for_inactive_endpoint(*, delivery_id: str, deleted: bool) -> None:
-    Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING).filter(
-        Q(locked_until__isnull=True) | Q(locked_until__lt=Now())).update(
-        status=Delivery.CANCELLED if deleted else Delivery.FAILED, next_attempt_at=None, parked_at=None,
-        enqueued_at=None, updated_at=timezone.now())
-
-
-def _release_connection() -> None:
-    """Give a pooled PostgreSQL connection back while the attempt waits on the network."""
-    if connection.settings_dict["OPTIONS"].get("pool"):
-        connection.close()
+        return None  # not claimable (not due, leased, not pending: a duplicate task is harmless) or parked
+    (_, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url, tripped, healthy,
+     secrets) = row
+    return Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id, bytes(payload),
+                 req_id, url, list(secrets), probe=tripped, endpoint_healthy=healthy)
 
 
 def delivery_attempt(*, delivery_id: str) -> str | None:
@@ -279,7 +239,6 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
         return None
     token = request_id.set(claim.request_id)
     try:
-        _release_connection()
         started_at = timezone.now()
         headers = signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
                                           body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
@@ -320,14 +279,40 @@ def delivery_decide(*, number: int, result: transport.AttemptResult, now: dateti
 def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
     """Record the attempt, move the delivery on, update the endpoint's breaker, hand a slot on.
 
-    One transaction under the endpoint's lock. A 410 disables the endpoint. Operational events
-    (SPEC §8) are recorded in the same transaction, except for deliveries of operational events.
+    A success on a healthy endpoint (nearly every attempt) is one round trip. Anything else takes
+    the slow path: one transaction under the endpoint's lock that also updates the breaker, disables
+    the endpoint on a 410, and records operational events (SPEC §8), except for deliveries of
+    operational events.
     """
     now = timezone.now()
     status, next_at = delivery_decide(number=claim.number, result=result, now=now)
+    params = {
+        "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
+        "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
+        "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
+        "endpoint": claim.endpoint_id, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT,
+    }
+    applied = False
+    if result.ok and claim.endpoint_healthy:
+        applied, moved, handed = _call(_RECORD_SQL, {**params, "fast": True, "hand_on": 1})
+        transition = None
+    if not applied:
+        moved, handed, transition = _record_slow(claim=claim, result=result, status=status, now=now, params=params)
+    if handed:
+        deliveries_enqueue(delivery_ids=handed, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
+    logger.info("delivery.attempt", extra={
+        "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
+        "attempt": claim.number, "response_status": result.status, "error": result.error,
+        "duration_ms": result.duration_ms, "outcome": status if moved else "superseded", "probe": claim.probe,
+        "breaker": transition})
+    return status
+
+
+def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, now: datetime,
+                 params: dict) -> tuple[bool, list[str], str | None]:
     notify = not event_types.is_reserved(claim.event_type)
     with transaction.atomic(), connection.cursor() as cursor:
-        endpoint = _lock_endpoint(cursor, _LOCK_ENDPOINT_SQL, {"endpoint": claim.endpoint_id})
+        endpoint = _lock_endpoint(cursor, params)
         change = breaker.after_attempt(
             state=endpoint.breaker, ok=result.ok, probe=claim.probe, now=now,
             threshold=settings.WEBHOOK_BREAKER_FAILURES, base=settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
@@ -338,27 +323,15 @@ def delivery_record(*, claim: Claim, started_at: datetime, result: transport.Att
             hand_on = 0
         else:
             hand_on = endpoint.cap if change.transition == breaker.RECOVERED else 1
-        cursor.execute(_RECORD_SQL, {
-            "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
-            "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
-            "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
-            "endpoint": claim.endpoint_id, "cap": endpoint.cap, "hand_on": hand_on,
-        })
-        moved, handed = cursor.fetchone()
+        cursor.execute(_RECORD_SQL, {**params, "fast": False, "hand_on": hand_on})
+        _, moved, handed = cursor.fetchone()
         if change.fields:
             Endpoint.objects.filter(pk=claim.endpoint_id).update(**change.fields)
         if gone and endpoint.active:
             endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
         if notify:
             _emit_operational(claim=claim, change=change, result=result, failed=moved and status == Delivery.FAILED)
-    if handed:
-        deliveries_enqueue(delivery_ids=handed, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
-    logger.info("delivery.attempt", extra={
-        "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
-        "attempt": claim.number, "response_status": result.status, "error": result.error,
-        "duration_ms": result.duration_ms, "outcome": status if moved else "superseded", "probe": claim.probe,
-        "breaker": change.transition})
-    return status
+    return moved, handed, change.transition
 
 
 def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: transport.AttemptResult,
