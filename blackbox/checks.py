@@ -58,10 +58,11 @@ class Db:
     # -- intake
 
     def events_by_key(self, tenant_id: str) -> dict[str, list[str]]:
-        """Event ids per client key (every event the suite posts carries its key in data.key)."""
+        """Event ids per client key (every event the suite posts carries its key in data.key); Herald's own
+        operational events (`herald.…`), which no client posted, are left out."""
         out: dict[str, list[str]] = defaultdict(list)
-        for key, event_id in self.rows("SELECT data->>'key', id FROM webhooks_event WHERE tenant_id = %s ORDER BY id",
-                                       (tenant_id,)):
+        for key, event_id in self.rows("SELECT data->>'key', id FROM webhooks_event WHERE tenant_id = %s "
+                                       "AND type NOT LIKE 'herald.%%' ORDER BY id", (tenant_id,)):
             out[key].append(event_id)
         return dict(out)
 
@@ -97,6 +98,18 @@ class Db:
             out[delivery_id].append({"number": number, "response_status": status, "error": error,
                                      "duration_ms": duration})
         return dict(out)
+
+    def attempt_intervals(self, endpoint_id: str) -> list[tuple[float, float]]:
+        """(start, end) in epoch seconds of every recorded attempt to one endpoint, as Herald timed them."""
+        return [(start, start + duration / 1000) for start, duration in self.rows(
+            "SELECT extract(epoch FROM a.started_at)::float8, a.duration_ms FROM webhooks_deliveryattempt a "
+            "JOIN webhooks_delivery d ON d.id = a.delivery_id WHERE d.endpoint_id = %s", (endpoint_id,))]
+
+    def endpoint_health(self, endpoint_id: str) -> dict:
+        enabled, tripped_at, failures = self.rows(
+            "SELECT enabled, tripped_at IS NOT NULL, consecutive_failures FROM webhooks_endpoint WHERE id = %s",
+            (endpoint_id,))[0]
+        return {"enabled": enabled, "tripped": tripped_at, "consecutive_failures": failures}
 
     def status_counts(self, tenant_id: str) -> dict[str, int]:
         return dict(self.rows("SELECT status, count(*) FROM webhooks_delivery WHERE tenant_id = %s GROUP BY status",
@@ -238,6 +251,17 @@ def body_problems(hits_by_id: dict[str, list]) -> list[str]:
     """Every attempt of a webhook carries identical body bytes (SPEC §6)."""
     return [f"{webhook_id}: {len({h.body for h in hits})} different bodies"
             for webhook_id, hits in hits_by_id.items() if len({h.body for h in hits}) > 1]
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one moment (an end and a start at the same instant do not overlap)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
+                   key=lambda edge: (edge[0], edge[1]))
+    current = peak = 0
+    for _, step in edges:
+        current += step
+        peak = max(peak, current)
+    return peak
 
 
 def backlog_grew(samples: list[int], floor: int = 5) -> bool:

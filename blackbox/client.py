@@ -126,8 +126,10 @@ class Api:
             time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
         return replies
 
-    def create_endpoint(self, url: str, event_types: list[str], key: str) -> dict:
-        replies = self.post_retrying("/api/v1/endpoints", {"url": url, "event_types": event_types}, key, budget=60)
+    def create_endpoint(self, url: str, event_types: list[str], key: str, **options) -> dict:
+        """POST /api/v1/endpoints (`options`: max_in_flight, channels, ...); the created endpoint."""
+        replies = self.post_retrying("/api/v1/endpoints", {"url": url, "event_types": event_types, **options}, key,
+                                     budget=60)
         final = replies[-1]
         if final.status != 201:
             raise RuntimeError(f"creating endpoint {url}: {final.short()} {final.body[:300]!r}")

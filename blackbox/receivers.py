@@ -73,6 +73,29 @@ class Slow(Behaviour):
         return Plan("slow", 200, delay=self.seconds)
 
 
+class Hang(Behaviour):
+    """Never answers in time: holds every request past the sender's timeout (until it hangs up)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.name = f"hang past the {timeout:g}s timeout"
+
+    def plan(self, rng):
+        return Plan("hang", 200, delay=self.timeout + HANG_EXTRA_SECONDS)
+
+
+class Switch(Behaviour):
+    """Answers 500 while `failing` is set, then 200: a receiver that is down, then comes back."""
+
+    def __init__(self):
+        self.failing = threading.Event()
+        self.failing.set()
+        self.name = "500 until switched, then 200"
+
+    def plan(self, rng):
+        return Plan("500", 500) if self.failing.is_set() else Plan("ok", 200)
+
+
 class Gone(Behaviour):
     name = "410 Gone"
 
@@ -258,6 +281,11 @@ class Receiver:
         """(path, webhook id) ever being received more than once at the same moment: one delivery sent twice."""
         with self._lock:
             return {k: v for k, v in self.max_in_flight.items() if v > 1}
+
+    def intervals(self, path: str | None = None) -> list[tuple[float, float]]:
+        """(arrived, finished) of every request (to `path`, if given); one still open ends at infinity."""
+        return [(hit.arrived, hit.finished if hit.finished is not None else float("inf"))
+                for hit in self.snapshot() if path is None or hit.path == path]
 
     def inflight(self) -> list[tuple[int, str]]:
         """(sender's local port, webhook id) of the requests being answered right now."""

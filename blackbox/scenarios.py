@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from blackbox import checks, fuzz
 from blackbox.checks import Db
 from blackbox.client import Api, Reply
-from blackbox.receivers import AlwaysOk, Flapping, Gone, Receiver, Receivers, Slow
+from blackbox.receivers import AlwaysOk, Flapping, Gone, Hang, Receiver, Receivers, Slow, Switch
 from blackbox.stack import INTAKE_MAX_BODY_BYTES, RETRY_SCHEDULE, TIMEOUT_SECONDS, Stack, socket_owners, wait_until
 
 EVENTS = "/api/v1/events"
@@ -37,20 +37,26 @@ class Profile:
     soak_rate: float
     rss_limit_mb: float
     settle_seconds: float
+    hang_events: int = 60
+    neighbour_seconds: float = 10
+    breaker_events: int = 30
 
 
 PROFILES = {
-    "short": Profile("short", storm_events=300, storm_clients=40, kill_events=150, broker_events=90, db_events=120,
+    "short": Profile("short", storm_events=300, storm_clients=40, kill_events=400, broker_events=90, db_events=120,
                      db_clients=8, flap_events=45, fuzz_examples=300, fuzz_seconds=100, soak_seconds=30,
                      soak_rate=20, rss_limit_mb=150, settle_seconds=90),
-    "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=400, broker_events=400, db_events=600,
+    "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=800, broker_events=400, db_events=600,
                     db_clients=20, flap_events=300, fuzz_examples=3000, fuzz_seconds=900, soak_seconds=300,
-                    soak_rate=20, rss_limit_mb=300, settle_seconds=300),
+                    soak_rate=20, rss_limit_mb=300, settle_seconds=300, hang_events=200, neighbour_seconds=40,
+                    breaker_events=100),
 }
 
-SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "fuzz", "soak"]
+SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "noisy-neighbour",
+             "breaker", "fuzz", "soak"]
 ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
-           "flap": ["flapping"]}
+           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"]}
+KILL_MIN_IN_FLIGHT = 200  # the worker-kill scenario SIGKILLs a worker holding at least this many attempts
 
 
 @dataclass
@@ -115,14 +121,15 @@ class Context:
         credential_id, tenant_id = self.db.credential(token)
         return Tenant(name, Api(self.stack.base_url, token), token, credential_id, tenant_id)
 
-    def endpoint(self, tenant: Tenant, receiver: Receiver, event_types: list[str], suffix: str | None = None) -> dict:
+    def endpoint(self, tenant: Tenant, receiver: Receiver, event_types: list[str], suffix: str | None = None,
+                 **options) -> dict:
         """An endpoint at the receiver (at /hook/NAME, or /hook/NAME/SUFFIX), its secret given to the receiver."""
         if suffix is None:
             url, key = receiver.url, f"ep-{receiver.name}-{self.run_id}"
         else:
             path, url = receiver.path_url(suffix)
             key = f"ep-{receiver.name}-{suffix}-{self.run_id}"
-        endpoint = tenant.api.create_endpoint(url, event_types, key=key)
+        endpoint = tenant.api.create_endpoint(url, event_types, key=key, **options)
         if suffix is None:
             receiver.secret = endpoint["secret"]
         else:
@@ -463,73 +470,52 @@ def storm(ctx: Context) -> Result:
 
 
 def worker_kill(ctx: Context) -> Result:
+    """SIGKILL a worker holding hundreds of attempts in flight; a new worker and beat must lose none of them."""
     profile = ctx.profile
     stack = ctx.stack
     n = profile.kill_events
-    slow = 1.2
-    result = Result("worker-kill", load=f"{n} events → receiver slow 200 ({slow:g}s)")
+    slow = 1.5
+    result = Result("worker-kill", load=f"{n} events queued → receiver slow 200 ({slow:g}s), one worker of 300 threads")
     tenant = ctx.tenant("kill")
     receiver = ctx.receivers.new("kill", Slow(slow))
-    ctx.endpoint(tenant, receiver, ["kill.*"])
+    ctx.endpoint(tenant, receiver, ["kill.*"], max_in_flight=1000)
     bodies = _bodies("kill", ctx.run_id, n)
+    # The queue fills while no worker runs, so the victim takes hundreds of deliveries at once.
+    stack.stop_workers()
     load = Load(tenant.api, bodies, clients=8, budget=60).start()
-
-    def victim():
-        peers = receiver.inflight()
-        if not peers:
-            return None
-        owners = socket_owners({port for port, _ in peers})
-        best = None
-        for name, proc in stack.workers().items():
-            pids = set(proc.pids())
-            ids = [wid for port, wid in peers if owners.get(port) in pids]
-            if ids and (best is None or len(ids) > len(best[1])):
-                best = (name, ids)
-        return best
-
-    try:
-        name, in_flight = wait_until(victim, 60, 0.05, "a worker with a delivery in flight")
-    except TimeoutError:
-        result.problem("no worker was ever seen with a delivery in flight; nothing was killed")
-        load.wait(120)
-        return result
-    proc = stack.procs[name]
-    pids = proc.pids()
-    before = stack.pid_snapshot()
-    killed_at = time.monotonic()
-    proc.kill()
-    stack.procs.pop(name).stop()
-    stack.log(f"worker-kill: SIGKILL process group {proc.pgid} of {name} (pids {pids}) with {in_flight} in flight")
-    result.faults = f"SIGKILL {name} group ({len(pids)} pids, {len(in_flight)} in flight)"
-    replacement = stack.start_worker()
-    result.notes.append(f"started {replacement.name} {time.monotonic() - killed_at:.1f}s after the kill")
     if not load.wait(180):
         result.problem("intake clients still running after 180 s")
-    queue_samples = []  # (deliver tasks queued, distinct deliveries among them, dispatch tasks queued, pending)
+    victim = stack.start_worker(WEBHOOK_WORKER_CONCURRENCY="300")
+    name = next(name for name, proc in stack.workers().items() if proc is victim)
 
-    def sample_queue():
-        for _ in range(int(profile.settle_seconds)):  # bounded; stops when everything is delivered
-            pending = ctx.db.status_counts(tenant.tenant_id).get("pending", 0)
-            tasks = stack.redis.queued_tasks()
-            deliver = [arg for name, arg in tasks if name == "webhooks.deliver"]
-            dispatch = sum(1 for name, _ in tasks if name == "webhooks.dispatch_due")
-            queue_samples.append((len(deliver), len(set(deliver)), dispatch, pending))
-            if not pending or stop_sampling.wait(1.0):
-                return
-    stop_sampling = threading.Event()
-    sampler = threading.Thread(target=sample_queue, daemon=True)
-    sampler.start()
+    def held_by_victim():
+        peers = receiver.inflight()
+        owners = socket_owners({port for port, _ in peers})
+        pids = set(victim.pids())
+        ids = [wid for port, wid in peers if owners.get(port) in pids]
+        return ids if len(ids) >= KILL_MIN_IN_FLIGHT else None
+
+    try:
+        in_flight = wait_until(held_by_victim, 60, 0.05, f"{KILL_MIN_IN_FLIGHT} deliveries in flight in one worker")
+    except TimeoutError:
+        result.problem(f"the worker never held {KILL_MIN_IN_FLIGHT} deliveries in flight; nothing was killed")
+        stack.start_worker()  # back to two workers for the next scenarios
+        return result
+    pids = victim.pids()
+    before = stack.pid_snapshot()
+    killed_at = time.monotonic()
+    victim.kill()
+    stack.procs.pop(name).stop()
+    stack.log(f"worker-kill: SIGKILL process group {victim.pgid} of {name} (pids {pids}) with {len(in_flight)} "
+              f"in flight")
+    result.faults = f"SIGKILL {name} ({len(in_flight)} attempts in flight)"
+    for _ in range(2):
+        stack.start_worker()
+    result.notes.append(f"started two workers {time.monotonic() - killed_at:.1f}s after the kill")
     result.inputs = len(load.all_replies())
     result.details["answers"] = answer_summary(load.all_replies())
     event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
     check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=True)
-    stop_sampling.set()
-    sampler.join(5)
-    if queue_samples:
-        result.details["queue_samples(deliver_tasks,distinct,dispatch_tasks,pending)"] = queue_samples
-        peak = max(queue_samples, key=lambda sample: sample[0])
-        result.notes.append(f"Redis queue at its peak: {peak[0]} deliver tasks for {peak[1]} distinct deliveries, "
-                            f"{max(s[2] for s in queue_samples)} dispatch_due runs waiting at most")
     check_survivors(result, stack, before, spared=(name,))
     by_id = receiver.by_id()
     recovery = []
@@ -540,11 +526,12 @@ def worker_kill(ctx: Context) -> Result:
         else:
             result.problem(f"{webhook_id}, in flight at the kill, was never sent again successfully")
     if recovery:
-        result.details["recovery_seconds"] = [round(s, 1) for s in recovery]
+        result.details["recovery_seconds"] = sorted(round(s, 1) for s in recovery)
         if max(recovery) > RECOVERY_LIMIT:
             result.problem(f"a killed worker's delivery came back after {max(recovery):.1f}s "
                            f"(SPEC §6: within {RECOVERY_LIMIT:g}s)")
-        result.notes.append(f"in-flight deliveries sent again {min(recovery):.1f}-{max(recovery):.1f}s after the kill")
+        result.notes.append(f"{len(in_flight)} in-flight deliveries sent again {min(recovery):.1f}-"
+                            f"{max(recovery):.1f}s after the kill")
     return result
 
 
@@ -744,7 +731,135 @@ def flapping(ctx: Context) -> Result:
     return result
 
 
-# ---------------------------------------------------------------- 6. bad input
+# ---------------------------------------------------------------- 6. isolation: a hanging neighbour, a breaker
+
+
+def noisy_neighbour(ctx: Context) -> Result:
+    """An endpoint that hangs past the timeout with a backlog; a healthy endpoint of the same tenant must not wait."""
+    profile = ctx.profile
+    result = Result("noisy-neighbour", load=f"{profile.hang_events} events → a hanging endpoint, then 10/s for "
+                                            f"{profile.neighbour_seconds:g}s → a healthy one")
+    tenant = ctx.tenant("neighbour")
+    hanging = ctx.receivers.new("hang", Hang(TIMEOUT_SECONDS))
+    healthy = ctx.receivers.new("healthy", AlwaysOk())
+    hang_endpoint = ctx.endpoint(tenant, hanging, ["hang.*"])
+    ctx.endpoint(tenant, healthy, ["healthy.*"])
+    cap = hang_endpoint["max_in_flight"]
+    hang_bodies = _bodies("hang", ctx.run_id, profile.hang_events)
+    Load(tenant.api, hang_bodies, clients=8, budget=60).start().wait(120)
+    try:
+        wait_until(lambda: len(hanging.inflight()) >= cap, 30, 0.05, f"{cap} attempts hanging")
+    except TimeoutError:
+        result.problem(f"the hanging endpoint never had {cap} attempts in flight")
+    result.faults = f"receiver holds every request past the {TIMEOUT_SECONDS:g}s timeout"
+    posted: dict[str, float] = {}  # event id → when its 202 came back (monotonic)
+    replies = []
+    count = int(profile.neighbour_seconds * 10)
+    start = time.monotonic()
+    for i in range(count):
+        delay = start + i / 10 - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        key = f"healthy-{ctx.run_id}-{i:05d}"
+        reply = tenant.api.post(EVENTS, event_body("healthy", key, i), key)
+        replies.append(reply)
+        if reply.status == 202:
+            posted[reply.json()["id"]] = reply.sent + reply.elapsed
+    result.inputs = len(replies) + len(hang_bodies)
+    missing = healthy.wait_for_ids(set(posted), 30)
+    if missing:
+        result.lost += len(missing)
+        result.problem(f"{len(missing)} of {len(posted)} healthy deliveries never arrived")
+    first = {}
+    for hit in healthy.snapshot():
+        if hit.webhook_id in posted and hit.answered == 200:
+            first.setdefault(hit.webhook_id, hit.arrived)
+    latencies = sorted(first[i] - posted[i] for i in first)
+    if latencies:
+        p99 = checks.percentile(latencies, 99)
+        result.details["healthy_latency_ms"] = {"p50": round(checks.percentile(latencies, 50) * 1000, 1),
+                                                "p99": round(p99 * 1000, 1), "max": round(latencies[-1] * 1000, 1)}
+        result.notes.append(f"healthy endpoint: post-to-arrival p50 {checks.percentile(latencies, 50) * 1000:.0f} ms, "
+                            f"p99 {p99 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms")
+        if p99 > 1.0:
+            result.problem(f"a healthy endpoint waited behind a hanging one: p99 {p99 * 1000:.0f} ms (limit 1 s)")
+    herald_peak = checks.max_overlap(ctx.db.attempt_intervals(hang_endpoint["id"]))
+    receiver_peak = checks.max_overlap(hanging.intervals())
+    result.details["hanging_in_flight_peak"] = {"herald_records": herald_peak, "receiver": receiver_peak, "cap": cap}
+    result.notes.append(f"hanging endpoint: at most {herald_peak} attempts in flight by Herald's records, "
+                        f"{receiver_peak} seen by the receiver (cap {cap})")
+    if herald_peak > cap:
+        result.problem(f"the hanging endpoint had {herald_peak} attempts in flight (cap {cap})")
+    health = ctx.db.endpoint_health(hang_endpoint["id"])
+    result.details["hanging_endpoint_health"] = health
+    check_receivers(result, [healthy], duplicates_allowed=False)
+    # the hanging endpoint's backlog is not this scenario's business: cancel it so it does not load the next ones
+    tenant.api.request("DELETE", f"/api/v1/endpoints/{hang_endpoint['id']}")
+    return result
+
+
+def breaker(ctx: Context) -> Result:
+    """A receiver that fails until it is fixed: the breaker trips, probes, recovers, and nothing is lost."""
+    profile = ctx.profile
+    n = profile.breaker_events
+    result = Result("breaker", load=f"{n} events → a receiver answering 500 until switched to 200")
+    tenant = ctx.tenant("breaker")
+    switch = Switch()
+    broken = ctx.receivers.new("broken", switch)
+    monitor = ctx.receivers.new("monitor", AlwaysOk())
+    endpoint = ctx.endpoint(tenant, broken, ["brk.*"])
+    ctx.endpoint(tenant, monitor, ["herald.*"])
+    bodies = _bodies("brk", ctx.run_id, n)
+    load = Load(tenant.api, bodies, clients=4, budget=60).start()
+    result.faults = "500 on every request, then 200"
+
+    def operational(event_type: str) -> list[dict]:
+        return [body["data"] for hit in monitor.snapshot() if hit.verified and hit.answered == 200
+                for body in [json.loads(hit.body)] if body["type"] == event_type]
+
+    def tripped_event():
+        return [e for e in operational("herald.endpoint.tripped") if e["endpoint_id"] == endpoint["id"]]
+
+    try:
+        wait_until(tripped_event, 60, 0.1, "herald.endpoint.tripped at the monitor")
+    except TimeoutError:
+        result.problem("the breaker never tripped (no herald.endpoint.tripped arrived)")
+    tripped_at = time.monotonic()
+    state = tenant.api.get(f"/api/v1/endpoints/{endpoint['id']}").json()["health"]
+    result.details["health_while_tripped"] = state
+    if state["state"] != "tripped":
+        result.problem(f"GET /endpoints/{{id}} shows health {state['state']!r} while tripped")
+    time.sleep(4)  # long enough for the first probes (pauses of 1 s, then 2 s, in this suite)
+    probes = [h for h in broken.snapshot() if h.arrived > tripped_at]
+    switch.failing.clear()
+    switched_at = time.monotonic()
+    load.wait(120)
+    result.inputs = len(load.all_replies())
+    gaps = [b.arrived - a.arrived for a, b in zip(probes, probes[1:])]
+    result.details["probes_while_tripped"] = len(probes)
+    result.notes.append(f"{len(probes)} probe(s) in the 4 s after the trip; gaps {[round(g, 2) for g in gaps]}")
+    if checks.max_overlap([(h.arrived, h.finished or h.arrived) for h in probes]) > 1:
+        result.problem("more than one probe at a time while tripped")
+    if any(gap < 0.9 for gap in gaps):
+        result.problem(f"attempts while tripped came closer than the pause allows: {gaps}")
+    if len(probes) > 3:
+        result.problem(f"{len(probes)} attempts while tripped in 4 s (pauses of 1 s then 2 s allow at most 3)")
+    try:
+        wait_until(lambda: [e for e in operational("herald.endpoint.recovered") if e["endpoint_id"] == endpoint["id"]],
+                   30, 0.1, "herald.endpoint.recovered at the monitor")
+        result.notes.append(f"recovered {time.monotonic() - switched_at:.1f}s after the receiver was fixed")
+    except TimeoutError:
+        result.problem("no herald.endpoint.recovered arrived after the receiver was fixed")
+    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    # every event arrives although the receiver refused them all at first: waiting for the breaker used
+    # up no retry step (the schedule allows 4 attempts)
+    check_delivered(result, ctx, tenant, [broken], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    attempts = ctx.db.attempts(tenant.tenant_id)
+    result.details["attempts_recorded"] = sum(len(a) for a in attempts.values())
+    return result
+
+
+# ---------------------------------------------------------------- 7. bad input
 
 
 def fuzz_intake(ctx: Context) -> Result:
@@ -920,6 +1035,8 @@ RUNNERS = {
     "broker-flush": broker_flush,
     "db-restart": db_restart,
     "flapping": flapping,
+    "noisy-neighbour": noisy_neighbour,
+    "breaker": breaker,
     "fuzz": fuzz_intake,
     "soak": soak,
 }

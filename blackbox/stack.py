@@ -37,6 +37,9 @@ HERALD_ENV = {
     "WEBHOOK_DISPATCH_INTERVAL_SECONDS": "0.5",
     "WEBHOOK_REDISPATCH_AFTER_SECONDS": "3",
     "IDEMPOTENCY_LOCK_TIMEOUT_SECONDS": "5",
+    # the breaker's pauses compressed like the schedule (SPEC: 30 s doubling to 600 s)
+    "WEBHOOK_BREAKER_COOLDOWN_SECONDS": "1",
+    "WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS": "4",
     "HERALD_QUEUE": "blackbox",
     "PYTHONUNBUFFERED": "1",
 }
@@ -406,7 +409,8 @@ class Redis:
 
 @dataclass
 class Stack:
-    """PostgreSQL, Redis, gunicorn (2 workers × 8 threads), two Celery workers and beat."""
+    """PostgreSQL, Redis, gunicorn (2 workers × 8 threads), two Celery workers as the README starts them
+    (threads, WEBHOOK_WORKER_CONCURRENCY each) and beat."""
 
     pg: Postgres = field(default_factory=Postgres)
     redis: Redis = field(default_factory=Redis)
@@ -474,13 +478,17 @@ class Stack:
         wait_until(lambda: len(proc.pids()) >= 3, 60, 0.2, "two gunicorn workers")
         return proc
 
-    def start_worker(self) -> Proc:
+    def start_worker(self, **env) -> Proc:
+        """`celery -A config worker` as the README starts it; `env` overrides settings (for one scenario)."""
         self.worker_serial += 1
         name = f"w{self.worker_serial}"
-        argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "2",
-                "--hostname", f"{name}@%h"]
-        proc = self.procs[name] = Proc(f"worker-{name}", argv, self.env(), ready="ready.", timeout=90)
+        argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h"]
+        proc = self.procs[name] = Proc(f"worker-{name}", argv, {**self.env(), **env}, ready="ready.", timeout=90)
         return proc
+
+    def stop_workers(self) -> None:
+        for name in list(self.workers()):
+            self.procs.pop(name).stop()
 
     def start_beat(self) -> Proc:
         schedule = DATA / "beat-schedule"

@@ -36,6 +36,23 @@ def _share_database_connections(sender=None, **kwargs) -> None:
     database["CONN_HEALTH_CHECKS"] = False
     database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
         "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
+    from webhooks import engine
+
+    engine.start(concurrency=sender.concurrency or settings.WEBHOOK_WORKER_CONCURRENCY)
+
+
+@signals.worker_shutdown.connect
+def _finish_attempts_in_flight(**kwargs) -> None:
+    """A worker shutting down lets its engine finish and record the attempts it has in flight."""
+    from django.conf import settings
+
+    from webhooks import engine
+
+    running = engine.running()
+    if running is not None and not running.drain(settings.WEBHOOK_TIMEOUT_SECONDS + 5):
+        import logging
+
+        logging.getLogger("herald.engine").warning("engine.drain_timed_out")
 
 
 @signals.task_prerun.connect

@@ -13,9 +13,9 @@ from config.celery import app
 from django.conf import settings
 c = app.conf
 print(json.dumps({
-    "acks_late": c.task_acks_late, "reject_on_worker_lost": c.task_reject_on_worker_lost,
+    "acks_late": c.task_acks_late,
     "prefetch": c.worker_prefetch_multiplier, "soft": c.task_soft_time_limit, "hard": c.task_time_limit,
-    "visibility": c.broker_transport_options["visibility_timeout"], "serializer": c.task_serializer,
+    "ack_emulation": c.broker_transport_options.get("ack_emulation", True), "serializer": c.task_serializer,
     "accept": c.accept_content, "timeout": settings.WEBHOOK_TIMEOUT_SECONDS,
     "lease": settings.WEBHOOK_LEASE_SECONDS, "interval": settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS,
     "redispatch": settings.WEBHOOK_REDISPATCH_AFTER_SECONDS,
@@ -41,12 +41,14 @@ def _defaults() -> dict:
 
 def test_durability_settings_and_recovery_bounds_with_the_defaults():
     conf = _defaults()
-    assert conf["acks_late"] is True and conf["reject_on_worker_lost"] is True and conf["prefetch"] == 1
+    # PostgreSQL holds the durability: tasks are acknowledged when taken, a worker reserves one per thread
+    assert conf["acks_late"] is False and conf["prefetch"] == 1
     assert conf["serializer"] == "json" and conf["accept"] == ["json"]
     # time limits sit between the attempt's deadline and the lease's end, so no second worker can claim
-    # a delivery whose attempt may still run; Redis waits longer than any task runs before redelivering
+    # a delivery whose attempt may still run; Redis keeps no copy of a message it handed out (PostgreSQL
+    # and the dispatcher recover a lost one)
     assert conf["timeout"] == 15 and conf["timeout"] < conf["soft"] < conf["hard"] < conf["lease"]
-    assert conf["lease"] < conf["visibility"]
+    assert conf["ack_emulation"] is False
     # SPEC §6: a dead worker's delivery is sent again within 2 x timeout + 30 s ...
     assert conf["lease"] + conf["interval"] <= 2 * conf["timeout"] + 30
     # ... and a lost task is enqueued again within 60 s

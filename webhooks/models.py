@@ -115,9 +115,12 @@ class Delivery(models.Model):
     STATUSES = [(PENDING, "pending"), (SUCCEEDED, "succeeded"), (FAILED, "failed"), (CANCELLED, "cancelled")]
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.delivery_id, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deliveries")
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
-    endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="deliveries")
+    # Each row is updated twice per attempt, and every index is written on each update: no index of
+    # its own for these keys (and no LIKE index, which Django adds for varchar keys), as the composite
+    # indexes below lead with each of them (tenant_status, event_endpoint, endpoint).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deliveries", db_index=False)
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="deliveries", db_index=False)
     status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
     attempt_count = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)

@@ -1,13 +1,19 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
 
+from webhooks import engine
 from webhooks.services import delivery as delivery_service
 
 
 @shared_task(name="webhooks.deliver", ignore_result=True)
 def deliver(delivery_id: str) -> None:
-    """Send one attempt of a delivery if it is due and free (claimed with a lease)."""
-    delivery_service.delivery_attempt(delivery_id=delivery_id)
+    """Send one attempt of a delivery if it is due and free (claimed with a lease); in a threaded worker
+    by handing it to its engine, which sends every thread's attempts together."""
+    running = engine.running()
+    if running is not None:
+        running.submit(delivery_id)
+    else:
+        delivery_service.delivery_attempt(delivery_id=delivery_id)
 
 
 @shared_task(name="webhooks.dispatch_due", ignore_result=True)

@@ -158,6 +158,84 @@ def _describe_failure(code: int, message: str, os_errno: int, timeout: float, bl
     return f"{kind}: {message}"[:_MAX_ERROR_CHARS]
 
 
+class Attempt:
+    """One POST set up on a libcurl handle: `send()` runs it at once, a CurlMulti can drive many together.
+
+    ``timeout`` bounds the whole attempt: name resolution, connecting, TLS, sending and reading.
+    Redirects are not followed (a 3xx is a failure). Unless ``allow_private_networks``, every
+    address the host resolves to is checked when the socket is opened and a non-public one is
+    refused (so DNS rebinding cannot reach internal services). At most 4 KiB of the answer is read.
+    """
+
+    def __init__(self, curl: pycurl.Curl, *, url: str, body: bytes, headers: Mapping[str, str], timeout: float,
+                 allow_private_networks: bool) -> None:
+        self.curl = curl
+        self.timeout = timeout
+        self.allow_private_networks = allow_private_networks
+        self.excerpt = bytearray()
+        self.retry_after: list[str] = []
+        self.blocked: list[str] = []
+        millis = max(1, int(timeout * 1000))
+        curl.setopt(pycurl.URL, url)
+        curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        curl.setopt(pycurl.POST, 1)
+        curl.setopt(pycurl.POSTFIELDS, body)
+        # No `Expect: 100-continue` round trip; no Accept-Encoding, so the excerpt is the raw body.
+        curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in headers.items()] + ["Expect:"])
+        curl.setopt(pycurl.NOSIGNAL, 1)  # required with threads; the resolver is threaded, so DNS is bounded too
+        curl.setopt(pycurl.TIMEOUT_MS, millis)
+        curl.setopt(pycurl.CONNECTTIMEOUT_MS, millis)
+        curl.setopt(pycurl.FOLLOWLOCATION, 0)
+        curl.setopt(pycurl.PROXY, "")  # never a proxy from the environment
+        curl.setopt(pycurl.NOPROXY, "*")
+        curl.setopt(pycurl.CAINFO, certifi.where())
+        curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
+        curl.setopt(pycurl.WRITEFUNCTION, self._body)
+        curl.setopt(pycurl.HEADERFUNCTION, self._header)
+        self.started = time.monotonic()
+
+    def _body(self, chunk: bytes) -> int | None:
+        room = EXCERPT_LIMIT + 1 - len(self.excerpt)
+        self.excerpt.extend(chunk[:room])
+        # One byte past the limit: the rest is not wanted. Stopping closes the connection (it cannot
+        # be reused mid-body), which is cheaper than reading megabytes to keep it alive.
+        return 0 if len(self.excerpt) > EXCERPT_LIMIT else None
+
+    def _header(self, line: bytes) -> None:
+        if line[:5] == b"HTTP/":
+            self.retry_after.clear()  # a new response (after a 1xx): only its own headers count
+            return
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"retry-after":
+            self.retry_after.append(value.strip().decode("latin-1"))
+
+    def _open_socket(self, purpose: int, address: tuple) -> socket.socket | int:
+        family, socktype, protocol, sockaddr = address
+        if not self.allow_private_networks and not is_public_address(sockaddr[0]):
+            self.blocked.append(sockaddr[0])
+            return pycurl.SOCKET_BAD
+        return socket.socket(family, socktype, protocol)
+
+    def finish(self, code: int = 0, message: str = "") -> AttemptResult:
+        """The result, once libcurl is done with the transfer (`code`, `message`: its error, if any)."""
+        duration_ms = int((time.monotonic() - self.started) * 1000)
+        curl = self.curl
+        error = ""
+        if code and not (code == pycurl.E_WRITE_ERROR and len(self.excerpt) > EXCERPT_LIMIT):  # our own stop is fine
+            error = _describe_failure(code, message, curl.getinfo(pycurl.OS_ERRNO), self.timeout, self.blocked)
+        status = None if self.blocked else (curl.getinfo(pycurl.RESPONSE_CODE) or None)
+        if not error and status is not None and 300 <= status < 400:
+            error = "redirect_not_followed"
+        return AttemptResult(
+            status=status,
+            # PostgreSQL text cannot hold NUL: a receiver that answers one gets U+FFFD in its excerpt
+            body=bytes(self.excerpt[:EXCERPT_LIMIT]).decode("utf-8", errors="replace").replace("\x00", "\ufffd"),
+            duration_ms=duration_ms,
+            error=error,
+            retry_after=self.retry_after[-1] if self.retry_after else None,
+        )
+
+
 def send(
     *,
     url: str,
@@ -166,76 +244,12 @@ def send(
     timeout: float,
     allow_private_networks: bool,
 ) -> AttemptResult:
-    """POST ``body`` to ``url`` once; every failure is reported in the result, never raised.
-
-    ``timeout`` bounds the whole attempt: name resolution, connecting, TLS, sending and reading.
-    Redirects are not followed (a 3xx is a failure). Unless ``allow_private_networks``, every
-    address the host resolves to is checked when the socket is opened and a non-public one is
-    refused (so DNS rebinding cannot reach internal services). At most 4 KiB of the answer is read.
-    """
-    excerpt = bytearray()
-    retry_after: list[str] = []
-    blocked: list[str] = []
-
-    def on_body(chunk: bytes) -> int | None:
-        room = EXCERPT_LIMIT + 1 - len(excerpt)
-        excerpt.extend(chunk[:room])
-        # One byte past the limit: the rest is not wanted. Stopping closes the connection (it cannot
-        # be reused mid-body), which is cheaper than reading megabytes to keep it alive.
-        return 0 if len(excerpt) > EXCERPT_LIMIT else None
-
-    def on_header(line: bytes) -> None:
-        if line[:5] == b"HTTP/":
-            retry_after.clear()  # a new response (after a 1xx): only its own headers count
-            return
-        name, sep, value = line.partition(b":")
-        if sep and name.strip().lower() == b"retry-after":
-            retry_after.append(value.strip().decode("latin-1"))
-
-    def on_open_socket(purpose: int, address: tuple) -> socket.socket | int:
-        family, socktype, protocol, sockaddr = address
-        if not allow_private_networks and not is_public_address(sockaddr[0]):
-            blocked.append(sockaddr[0])
-            return pycurl.SOCKET_BAD
-        return socket.socket(family, socktype, protocol)
-
-    curl = _handle()
-    millis = max(1, int(timeout * 1000))
-    curl.setopt(pycurl.URL, url)
-    curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
-    curl.setopt(pycurl.POST, 1)
-    curl.setopt(pycurl.POSTFIELDS, body)
-    # No `Expect: 100-continue` round trip; no Accept-Encoding, so the excerpt is the raw body.
-    curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in headers.items()] + ["Expect:"])
-    curl.setopt(pycurl.NOSIGNAL, 1)  # required with threads; the resolver is threaded, so DNS is bounded too
-    curl.setopt(pycurl.TIMEOUT_MS, millis)
-    curl.setopt(pycurl.CONNECTTIMEOUT_MS, millis)
-    curl.setopt(pycurl.FOLLOWLOCATION, 0)
-    curl.setopt(pycurl.PROXY, "")  # never a proxy from the environment
-    curl.setopt(pycurl.NOPROXY, "*")
-    curl.setopt(pycurl.CAINFO, certifi.where())
-    curl.setopt(pycurl.OPENSOCKETFUNCTION, on_open_socket)
-    curl.setopt(pycurl.WRITEFUNCTION, on_body)
-    curl.setopt(pycurl.HEADERFUNCTION, on_header)
-
-    started = time.monotonic()
-    error = ""
+    """POST ``body`` to ``url`` once on this thread's handle (see `Attempt`); a failure is reported in the
+    result, never raised."""
+    attempt = Attempt(_handle(), url=url, body=body, headers=headers, timeout=timeout,
+                      allow_private_networks=allow_private_networks)
     try:
-        curl.perform()
+        attempt.curl.perform()
     except pycurl.error as exc:
-        code, message = exc.args[0], str(exc.args[1])
-        if not (code == pycurl.E_WRITE_ERROR and len(excerpt) > EXCERPT_LIMIT):  # our own stop is no failure
-            error = _describe_failure(code, message, curl.getinfo(pycurl.OS_ERRNO), timeout, blocked)
-    duration_ms = int((time.monotonic() - started) * 1000)
-    status = curl.getinfo(pycurl.RESPONSE_CODE) or None
-    if blocked:
-        status = None
-    if not error and status is not None and 300 <= status < 400:
-        error = "redirect_not_followed"
-    return AttemptResult(
-        status=status,
-        body=bytes(excerpt[:EXCERPT_LIMIT]).decode("utf-8", errors="replace"),
-        duration_ms=duration_ms,
-        error=error,
-        retry_after=retry_after[-1] if retry_after else None,
-    )
+        return attempt.finish(exc.args[0], str(exc.args[1]))
+    return attempt.finish()

@@ -9,7 +9,8 @@ webhooks/services/delivery.py; a change to either function is a new migration.
 from django.db import migrations
 
 CLAIM = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_claim(p_id varchar, p_lease double precision, p_default_cap integer)
+CREATE OR REPLACE FUNCTION herald_delivery_claim(p_id varchar, p_lease double precision, p_default_cap integer,
+                                                 p_locked boolean DEFAULT false)
 RETURNS TABLE (go boolean, number integer, lease_end timestamptz, event_id varchar, event_type varchar,
                payload bytea, request_id varchar, endpoint_id varchar, tenant_id varchar, url varchar,
                tripped boolean, healthy boolean, secrets varchar[])
@@ -19,8 +20,10 @@ BEGIN
     -- Every claim and record of an endpoint's deliveries holds the endpoint's row lock (FOR NO KEY
     -- UPDATE: intake's foreign-key checks do not wait for it). The next statement takes a fresh
     -- snapshot, so it counts the live leases and reads the breaker as they are under the lock.
-    PERFORM 1 FROM webhooks_endpoint
-      WHERE id = (SELECT d.endpoint_id FROM webhooks_delivery d WHERE d.id = p_id) FOR NO KEY UPDATE;
+    IF NOT p_locked THEN
+        PERFORM 1 FROM webhooks_endpoint
+          WHERE id = (SELECT d.endpoint_id FROM webhooks_delivery d WHERE d.id = p_id) FOR NO KEY UPDATE;
+    END IF;
     -- A pending, due delivery whose lease is free takes a lease (the endpoint is enabled, has a free
     -- slot, and is closed or due for its probe), is parked (it may not go now), or is closed (its
     -- endpoint was disabled or deleted). A probe moves the endpoint's next_probe_at to its lease's
@@ -32,7 +35,7 @@ BEGIN
                coalesce(next_probe_at <= now(), true) AS probe_due,
                consecutive_failures = 0 AND failing_since IS NULL AS clean
           FROM webhooks_endpoint WHERE id = (SELECT endpoint_id FROM webhooks_delivery WHERE id = p_id)
-    ), decision AS (
+    ), decision AS MATERIALIZED (
         SELECT ep.active, ep.deleted, ep.tripped,
                ep.active AND (NOT ep.tripped OR ep.probe_due)
                AND (SELECT count(*) FROM webhooks_delivery
@@ -70,12 +73,15 @@ RECORD = r"""
 CREATE OR REPLACE FUNCTION herald_delivery_record(
     p_id varchar, p_number integer, p_started_at timestamptz, p_duration_ms integer, p_response_status integer,
     p_response_body text, p_error varchar, p_status varchar, p_next_attempt_at timestamptz,
-    p_lease_end timestamptz, p_endpoint varchar, p_default_cap integer, p_fast boolean, p_hand_on integer)
+    p_lease_end timestamptz, p_endpoint varchar, p_default_cap integer, p_fast boolean, p_hand_on integer,
+    p_locked boolean DEFAULT false)
 RETURNS TABLE (applied boolean, moved boolean, handed varchar[])
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 BEGIN
-    PERFORM 1 FROM webhooks_endpoint WHERE id = p_endpoint FOR NO KEY UPDATE;
+    IF NOT p_locked THEN
+        PERFORM 1 FROM webhooks_endpoint WHERE id = p_endpoint FOR NO KEY UPDATE;
+    END IF;
     -- Record the attempt truthfully, move the delivery on if our lease still holds it (and it is
     -- still pending: a delete may have cancelled it meanwhile), free the lease, and hand up to
     -- p_hand_on parked deliveries of the endpoint on into the queue. On the fast path (a success on
@@ -118,6 +124,54 @@ $fn$;
 """
 
 
+# A worker's engine claims and records the attempts of many threads at once: one call, one transaction,
+# one commit. Every endpoint of a batch is locked first, in id order (every batch does the same, and
+# the single calls lock one endpoint only), so batches never deadlock; then each delivery goes
+# through the single function, whose statements see what the earlier ones in the batch did.
+CLAIM_MANY = r"""
+CREATE OR REPLACE FUNCTION herald_delivery_claim_many(p_ids varchar[], p_lease double precision,
+                                                      p_default_cap integer)
+RETURNS TABLE (delivery_id varchar, go boolean, number integer, lease_end timestamptz, event_id varchar,
+               event_type varchar, payload bytea, request_id varchar, endpoint_id varchar, tenant_id varchar,
+               url varchar, tripped boolean, healthy boolean, secrets varchar[])
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_id varchar;
+BEGIN
+    PERFORM 1 FROM webhooks_endpoint
+      WHERE id IN (SELECT d.endpoint_id FROM webhooks_delivery d WHERE d.id = ANY(p_ids))
+      ORDER BY id FOR NO KEY UPDATE;
+    FOREACH v_id IN ARRAY p_ids LOOP
+        RETURN QUERY SELECT v_id, c.* FROM herald_delivery_claim(v_id, p_lease, p_default_cap, true) c;
+    END LOOP;
+END
+$fn$;
+"""
+
+RECORD_MANY = r"""
+CREATE OR REPLACE FUNCTION herald_delivery_record_many(p_records jsonb, p_default_cap integer)
+RETURNS TABLE (delivery_id varchar, applied boolean, moved boolean, handed varchar[])
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+    r jsonb;
+BEGIN
+    PERFORM 1 FROM webhooks_endpoint
+      WHERE id IN (SELECT e->>'endpoint' FROM jsonb_array_elements(p_records) e)
+      ORDER BY id FOR NO KEY UPDATE;
+    FOR r IN SELECT e FROM jsonb_array_elements(p_records) e LOOP
+        RETURN QUERY SELECT (r->>'id')::varchar, x.* FROM herald_delivery_record(
+            r->>'id', (r->>'number')::integer, (r->>'started_at')::timestamptz, (r->>'duration_ms')::integer,
+            (r->>'response_status')::integer, r->>'response_body', r->>'error', r->>'status',
+            (r->>'next_attempt_at')::timestamptz, (r->>'lease_end')::timestamptz, r->>'endpoint', p_default_cap,
+            (r->>'fast')::boolean, (r->>'hand_on')::integer, true) x;
+    END LOOP;
+END
+$fn$;
+"""
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -125,8 +179,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(CLAIM, "DROP FUNCTION herald_delivery_claim(varchar, double precision, integer)"),
+        migrations.RunSQL(CLAIM, "DROP FUNCTION herald_delivery_claim(varchar, double precision, integer, boolean)"),
         migrations.RunSQL(RECORD, "DROP FUNCTION herald_delivery_record(varchar, integer, timestamptz, integer, "
                                   "integer, text, varchar, varchar, timestamptz, timestamptz, varchar, integer, "
-                                  "boolean, integer)"),
+                                  "boolean, integer, boolean)"),
+        migrations.RunSQL(CLAIM_MANY, "DROP FUNCTION herald_delivery_claim_many(varchar[], double precision, integer)"),
+        migrations.RunSQL(RECORD_MANY, "DROP FUNCTION herald_delivery_record_many(jsonb, integer)"),
     ]

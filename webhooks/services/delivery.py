@@ -12,6 +12,7 @@ never park just after the last attempt in flight looked for someone to hand its 
 """
 import contextlib
 import functools
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -46,8 +47,10 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
  WHERE ep.id = %(endpoint)s
    FOR NO KEY UPDATE
 """
-# Both functions are defined, and their rules explained, in migrations/0006_claim_and_record_functions.py.
-_CLAIM_SQL = "SELECT * FROM herald_delivery_claim(%(id)s, %(lease)s, %(default_cap)s)"
+# The functions are defined, and their rules explained, in migrations/0006_claim_and_record_functions.py.
+_CLAIM_MANY_SQL = "SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)"
+_RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
+# The slow path records under the endpoint lock it already holds, in its own transaction.
 _RECORD_SQL = """
 SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s,
     %(response_body)s, %(error)s, %(status)s, %(next_attempt_at)s, %(lease_end)s, %(endpoint)s, %(default_cap)s,
@@ -179,12 +182,12 @@ def _lock_endpoint(cursor, params: dict) -> EndpointState:
     return EndpointState(*cursor.fetchone())
 
 
-def _call(sql: str, params: dict):
-    """Run one statement (a claim or a record function) as its own transaction; return its row.
+def _call(sql: str, params: dict) -> list[tuple]:
+    """Run one statement (a claim or record function) as its own transaction; return its rows.
 
     In a threaded worker the connection comes straight from its psycopg pool, without Django's
     per-checkout bookkeeping; a connection found broken (PostgreSQL restarted) is dropped and the
-    call made once more on a fresh one. Both functions are safe to repeat: one that did commit finds
+    call made once more on a fresh one. The functions are safe to repeat: one that did commit finds
     nothing left to do the second time.
     """
     if connection.in_atomic_block:
@@ -194,10 +197,11 @@ def _call(sql: str, params: dict):
             try:
                 with raw.cursor() as cursor:
                     cursor.execute(sql, params)
-                    return cursor.fetchone()
+                    return cursor.fetchall()
             except psycopg.OperationalError:
                 if attempt == 2 or not raw.closed:
                     raise
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
@@ -216,39 +220,46 @@ def _raw_connection():
         pool.putconn(raw)  # a broken connection is discarded and replaced by the pool
 
 
-def delivery_claim(*, delivery_id: str) -> Claim | None:
-    """Take the lease on a due delivery, within its endpoint's cap and breaker.
+def deliveries_claim(*, delivery_ids: list[str]) -> dict[str, Claim]:
+    """Take the leases of due deliveries, each within its endpoint's cap and breaker, in one call.
 
-    None when there is nothing to send now: not due, not pending, held by another worker, parked
-    (the endpoint is at its cap or tripped), or closed because its endpoint is disabled or deleted.
+    A delivery missing from the answer has nothing to send now: not due, not pending, held by
+    another worker, parked (its endpoint is at its cap or tripped), or closed because its endpoint is
+    disabled or deleted. A duplicate task is harmless: the second claim finds the lease taken.
     """
-    row = _call(_CLAIM_SQL, {"id": delivery_id, "lease": settings.WEBHOOK_LEASE_SECONDS,
-                             "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
-    if row is None or not row[0]:
-        return None  # not claimable (not due, leased, not pending: a duplicate task is harmless) or parked
-    (_, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url, tripped, healthy,
-     secrets) = row
-    return Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id, bytes(payload),
-                 req_id, url, list(secrets), probe=tripped, endpoint_healthy=healthy)
+    rows = _call(_CLAIM_MANY_SQL, {"ids": list(dict.fromkeys(delivery_ids)), "lease": settings.WEBHOOK_LEASE_SECONDS,
+                                   "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
+    return {delivery_id: Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
+                               bytes(payload), req_id, url, list(secrets), probe=tripped, endpoint_healthy=healthy)
+            for (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id,
+                 url, tripped, healthy, secrets) in rows if go}
+
+
+def delivery_claim(*, delivery_id: str) -> Claim | None:
+    """One delivery's claim (see `deliveries_claim`)."""
+    return deliveries_claim(delivery_ids=[delivery_id]).get(delivery_id)
+
+
+def attempt_headers(claim: Claim) -> dict[str, str]:
+    """The signed headers of one attempt (its own timestamp; one signature per active secret)."""
+    return signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
+                                   body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
 
 
 def delivery_attempt(*, delivery_id: str) -> str | None:
-    """Claim, send and record one attempt of the delivery; return its new status, or None if skipped."""
+    """Claim, send and record one attempt of the delivery on this thread; its new status, or None if skipped.
+
+    A threaded worker's tasks go through its engine (webhooks/engine.py) instead, which does the same
+    for many deliveries at once.
+    """
     claim = delivery_claim(delivery_id=delivery_id)
     if claim is None:
         return None
-    token = request_id.set(claim.request_id)
-    try:
-        started_at = timezone.now()
-        headers = signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
-                                          body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
-        result = transport.send(url=claim.url, body=claim.payload, headers=headers,
-                                timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                                allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-        metrics.record_attempt(result)
-        return delivery_record(claim=claim, started_at=started_at, result=result)
-    finally:
-        request_id.reset(token)
+    started_at = timezone.now()
+    result = transport.send(url=claim.url, body=claim.payload, headers=attempt_headers(claim),
+                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
+                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+    return delivery_record(claim=claim, started_at=started_at, result=result)
 
 
 @functools.lru_cache(maxsize=4)
@@ -276,36 +287,71 @@ def delivery_decide(*, number: int, result: transport.AttemptResult, now: dateti
     return Delivery.PENDING, now + timedelta(seconds=delay)
 
 
-def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
-    """Record the attempt, move the delivery on, update the endpoint's breaker, hand a slot on.
+@dataclass(frozen=True)
+class Outcome:
+    """One finished attempt, waiting to be recorded."""
 
-    A success on a healthy endpoint (nearly every attempt) is one round trip. Anything else takes
-    the slow path: one transaction under the endpoint's lock that also updates the breaker, disables
-    the endpoint on a 410, and records operational events (SPEC §8), except for deliveries of
-    operational events.
+    claim: Claim
+    started_at: datetime
+    result: transport.AttemptResult
+
+
+def deliveries_record(*, outcomes: list[Outcome]) -> list[str]:
+    """Record finished attempts, move their deliveries on, update breakers, hand freed slots on.
+
+    Successes on endpoints the claim saw healthy (nearly every attempt) are recorded together in one
+    call. Anything else, and any of those whose endpoint turned out not to be healthy any more, takes
+    the slow path: one transaction per attempt under the endpoint's lock that also updates the
+    breaker, disables the endpoint on a 410, and records operational events (SPEC §8), except for
+    deliveries of operational events. Returns each delivery's new status, in order.
     """
     now = timezone.now()
-    status, next_at = delivery_decide(number=claim.number, result=result, now=now)
-    params = {
-        "id": claim.delivery_id, "number": claim.number, "started_at": started_at,
-        "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
-        "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
-        "endpoint": claim.endpoint_id, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT,
-    }
-    applied = False
-    if result.ok and claim.endpoint_healthy:
-        applied, moved, handed = _call(_RECORD_SQL, {**params, "fast": True, "hand_on": 1})
-        transition = None
-    if not applied:
-        moved, handed, transition = _record_slow(claim=claim, result=result, status=status, now=now, params=params)
-    if handed:
-        deliveries_enqueue(delivery_ids=handed, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
-    logger.info("delivery.attempt", extra={
-        "delivery_id": claim.delivery_id, "event_id": claim.event_id, "endpoint_id": claim.endpoint_id,
-        "attempt": claim.number, "response_status": result.status, "error": result.error,
-        "duration_ms": result.duration_ms, "outcome": status if moved else "superseded", "probe": claim.probe,
-        "breaker": transition})
-    return status
+    decided = [delivery_decide(number=o.claim.number, result=o.result, now=now) for o in outcomes]
+    params = [_record_params(o, status, next_at) for o, (status, next_at) in zip(outcomes, decided)]
+    done: dict[int, tuple[bool, list[str], str | None]] = {}
+    fast = [i for i, o in enumerate(outcomes) if o.result.ok and o.claim.endpoint_healthy]
+    if fast:
+        records = json.dumps([{**params[i], "fast": True, "hand_on": 1} for i in fast], default=str)
+        rows = {row[0]: row[1:] for row in _call(_RECORD_MANY_SQL, {
+            "records": records, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})}
+        for i in fast:
+            applied, moved, handed = rows[outcomes[i].claim.delivery_id]
+            if applied:
+                done[i] = (moved, handed, None)
+    for i, outcome in enumerate(outcomes):
+        if i not in done:
+            token = request_id.set(outcome.claim.request_id)  # for the operational events it may record
+            try:
+                done[i] = _record_slow(claim=outcome.claim, result=outcome.result, status=decided[i][0], now=now,
+                                       params=params[i])
+            finally:
+                request_id.reset(token)
+    handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
+    if handed_on:
+        deliveries_enqueue(delivery_ids=handed_on, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
+    for i, outcome in enumerate(outcomes):
+        moved, _, transition = done[i]
+        claim, result = outcome.claim, outcome.result
+        metrics.record_attempt(result)
+        logger.info("delivery.attempt", extra={
+            "request_id": claim.request_id, "delivery_id": claim.delivery_id, "event_id": claim.event_id,
+            "endpoint_id": claim.endpoint_id, "attempt": claim.number, "response_status": result.status,
+            "error": result.error, "duration_ms": result.duration_ms,
+            "outcome": decided[i][0] if moved else "superseded", "probe": claim.probe, "breaker": transition})
+    return [status for status, _ in decided]
+
+
+def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
+    """Record one finished attempt (see `deliveries_record`); the delivery's new status."""
+    return deliveries_record(outcomes=[Outcome(claim, started_at, result)])[0]
+
+
+def _record_params(outcome: Outcome, status: str, next_at: datetime | None) -> dict:
+    claim, result = outcome.claim, outcome.result
+    return {"id": claim.delivery_id, "number": claim.number, "started_at": outcome.started_at,
+            "duration_ms": result.duration_ms, "response_status": result.status, "response_body": result.body,
+            "error": result.error[:500], "status": status, "next_attempt_at": next_at, "lease_end": claim.lease_end,
+            "endpoint": claim.endpoint_id, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT}
 
 
 def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, now: datetime,

@@ -1,0 +1,135 @@
+"""The worker's delivery engine: many attempts on one libcurl multi handle, claimed and recorded in batches.
+
+In-process tests drive an Engine directly against real PostgreSQL and real receivers; the last one
+stops a real worker with attempts in flight.
+"""
+import os
+import signal
+import time
+
+import pytest
+from django.db import connection
+
+from tests.processes import celery_worker
+from tests.receiver import Answer
+from webhooks.engine import Engine
+from webhooks.models import Delivery, DeliveryAttempt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def engine():
+    instance = Engine(concurrency=50)
+    yield instance
+    assert instance.drain(10), "the engine still held deliveries at the end of the test"
+
+
+def _deliveries(api, url, count, **endpoint):
+    """`count` events for a new endpoint at `url`, of a type only that endpoint subscribes to."""
+    event_type = "t" + url.rsplit("/", 1)[-1] + ".happened"
+    response = api.post("endpoints", {"url": url, "event_types": [event_type], **endpoint})
+    assert response.status_code == 201, response.content
+    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
+            for n in range(count)]
+
+
+def _statuses(ids):
+    return dict(Delivery.objects.filter(pk__in=ids).values_list("id", "status"))
+
+
+def test_attempts_overlap_and_each_is_recorded_once(api, receiver, engine):
+    ids = _deliveries(api, receiver.url(), 30, max_in_flight=100)
+    receiver.script("/hook", *[Answer(delay=0.5)] * 30)
+    started = time.monotonic()
+    for delivery_id in ids:
+        engine.submit(delivery_id)
+    assert engine.drain(10)
+    elapsed = time.monotonic() - started
+    assert set(_statuses(ids).values()) == {"succeeded"}
+    assert elapsed < 2.5, f"30 attempts to a 0.5 s receiver took {elapsed:.1f}s: they did not overlap"
+    assert receiver.path_max_in_flight["/hook"] >= 20
+    assert DeliveryAttempt.objects.filter(delivery_id__in=ids).count() == 30
+
+
+def test_a_batch_of_claims_respects_the_cap(api, receiver, broker, engine):
+    ids = _deliveries(api, receiver.url(), 8, max_in_flight=3)
+    broker.clear()
+    receiver.script("/hook", *[Answer(delay=0.3)] * 8)
+    for delivery_id in ids:  # all in one turn of the engine, so one batch claim
+        engine.submit(delivery_id)
+    assert engine.drain(10)
+    assert receiver.path_max_in_flight["/hook"] == 3
+    assert len(receiver.received) == 3
+    # the five that could not go were parked; each finished attempt handed one on into the queue
+    assert Delivery.objects.filter(pk__in=ids, parked_at__isnull=False).count() == 2
+    assert len([i for i in broker.delivery_ids() if i in ids]) == 3
+
+
+def test_timeouts_errors_and_private_addresses_on_the_multi_handle(api, receiver, engine, settings):
+    settings.WEBHOOK_RETRY_SCHEDULE = "1,60"  # a Retry-After may push a retry up to the longest step
+    hanging = _deliveries(api, receiver.url("/hang"), 2, max_in_flight=10)
+    receiver.script("/hang", *[Answer(delay=10)] * 2)
+    failing = _deliveries(api, receiver.url("/fail"), 2)
+    receiver.script("/fail", 500, Answer(status=503, headers=(("Retry-After", "7"),)))
+    ok = _deliveries(api, receiver.url("/ok"), 2)
+    started = time.monotonic()
+    for delivery_id in hanging + failing + ok:
+        engine.submit(delivery_id)
+    assert engine.drain(10)
+    assert time.monotonic() - started < 4  # WEBHOOK_TIMEOUT_SECONDS is 2 in tests
+    attempts = {a.delivery_id: a for a in DeliveryAttempt.objects.filter(delivery_id__in=hanging + failing + ok)}
+    assert all("timeout" in attempts[i].error and attempts[i].response_status is None for i in hanging)
+    assert [attempts[i].response_status for i in failing] == [500, 503]
+    assert all(attempts[i].response_status == 200 for i in ok)
+    assert set(_statuses(ok).values()) == {"succeeded"}
+    assert set(_statuses(hanging + failing).values()) == {"pending"}
+    # the 503's Retry-After pushed its next attempt later than the 1 s step of the test schedule
+    retry = Delivery.objects.get(pk=failing[1]).next_attempt_at
+    assert (retry - attempts[failing[1]].started_at).total_seconds() > 6
+
+
+def test_a_private_address_is_refused_at_connect_time_on_the_multi_handle(api, receiver, engine, settings):
+    blocked = _deliveries(api, receiver.url("/private"), 1)  # accepted while private networks were allowed
+    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+    engine.submit(blocked[0])
+    assert engine.drain(10)
+    (attempt,) = DeliveryAttempt.objects.filter(delivery_id=blocked[0])
+    assert attempt.error.startswith("blocked_address") and attempt.response_status is None
+    assert receiver.received == []
+
+
+def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
+    ids = _deliveries(api, receiver.url(), 3)
+    with connection.cursor() as cursor:  # the engine's claims fail while the function is missing
+        cursor.execute("ALTER FUNCTION herald_delivery_claim_many(varchar[], double precision, integer) "
+                       "RENAME TO herald_delivery_claim_many_away")
+    try:
+        for delivery_id in ids:
+            engine.submit(delivery_id)
+        assert engine.drain(10)  # the failed batch gave its slots back
+        assert set(_statuses(ids).values()) == {"pending"} and receiver.received == []
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER FUNCTION herald_delivery_claim_many_away(varchar[], double precision, integer) "
+                           "RENAME TO herald_delivery_claim_many")
+    for delivery_id in ids:  # what the dispatcher would publish again
+        engine.submit(delivery_id)
+    assert engine.drain(10)
+    assert set(_statuses(ids).values()) == {"succeeded"}
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_with_attempts_in_flight_finishes_and_records_them(api, receiver):
+    worker = celery_worker("draining", concurrency=None)
+    try:
+        ids = _deliveries(api, receiver.url(), 5, max_in_flight=10)
+        receiver.script("/hook", *[Answer(delay=1.0)] * 5)
+        receiver.wait_for(5)
+        os.killpg(worker.popen.pid, signal.SIGTERM)  # what `docker compose stop` sends
+        worker.popen.wait(15)
+    finally:
+        worker.stop()
+    assert set(_statuses(ids).values()) == {"succeeded"}
+    assert len(receiver.received) == 5
+    assert DeliveryAttempt.objects.filter(delivery_id__in=ids).count() == 5
