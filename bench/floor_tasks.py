@@ -25,3 +25,15 @@ def floor_post(delivery_id: str, url: str) -> None:
     curl.setopt(pycurl.TIMEOUT_MS, 15000)
     curl.setopt(pycurl.WRITEFUNCTION, lambda chunk: None)
     curl.perform()
+
+
+@shared_task(name="bench.floor_post_requests", ignore_result=True)
+def floor_post_requests(delivery_id: str, url: str) -> None:
+    """The same POST with requests (one session per thread), for the pool comparison."""
+    import requests
+
+    session = getattr(_local, "session", None)
+    if session is None:
+        session = _local.session = requests.Session()
+    session.post(url, data=BODY, headers={"content-type": "application/json", "webhook-id": delivery_id},
+                 timeout=15).close()

@@ -75,6 +75,17 @@ class Proc:
                     pass
         return sorted(set(out))
 
+    def cpu_seconds(self) -> float:
+        """User and system CPU the process and its children have used so far."""
+        total = 0.0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     def peak_rss_mb(self) -> dict[int, float]:
         peaks = {}
         for pid in self.pids():
@@ -147,11 +158,10 @@ def gunicorn(port: int, **env) -> Proc:
     return proc
 
 
-def worker(name: str, concurrency: int | None = None, **env) -> Proc:
-    """`celery -A config worker` as the README starts it (the configured pool and concurrency), named."""
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h"]
-    if concurrency:
-        argv += ["--concurrency", str(concurrency)]
+def worker(name: str, *flags: str, **env) -> Proc:
+    """`celery -A config worker` as the README starts it (the configured pool and concurrency), named;
+    `flags` are added (a pool comparison)."""
+    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h", *flags]
     env = base_env(**env)
     env["LOG_LEVEL"] = "INFO"  # the ready line is logged at INFO
     return Proc(f"worker-{name}", argv, env, ready="ready.")

@@ -363,3 +363,8 @@ def test_a_name_server_that_never_answers_is_cut_off_by_the_deadline(tmp_path):
     assert result["status"] is None
     assert result["error"].startswith("timeout"), result["error"]
     assert 0.9 <= result["elapsed"] < 1.5, result
+
+
+def test_a_nul_byte_in_the_answer_is_replaced_so_the_attempt_can_be_stored(make_receiver):
+    receiver = make_receiver(reply(200, b"ok\x00done"))
+    assert deliver(receiver.url).body == "ok\ufffddone"

@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -296,7 +297,7 @@ class Outcome:
     result: transport.AttemptResult
 
 
-def deliveries_record(*, outcomes: list[Outcome]) -> list[str]:
+def deliveries_record(*, outcomes: list[Outcome], hand_on: Callable[[list[str]], None] | None = None) -> list[str]:
     """Record finished attempts, move their deliveries on, update breakers, hand freed slots on.
 
     Successes on endpoints the claim saw healthy (nearly every attempt) are recorded together in one
@@ -304,6 +305,9 @@ def deliveries_record(*, outcomes: list[Outcome]) -> list[str]:
     the slow path: one transaction per attempt under the endpoint's lock that also updates the
     breaker, disables the endpoint on a 410, and records operational events (SPEC §8), except for
     deliveries of operational events. Returns each delivery's new status, in order.
+
+    Parked deliveries given the freed slots go to `hand_on` (a worker's engine claims them itself),
+    or else into the queue.
     """
     now = timezone.now()
     decided = [delivery_decide(number=o.claim.number, result=o.result, now=now) for o in outcomes]
@@ -328,7 +332,10 @@ def deliveries_record(*, outcomes: list[Outcome]) -> list[str]:
                 request_id.reset(token)
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
     if handed_on:
-        deliveries_enqueue(delivery_ids=handed_on, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
+        if hand_on is not None:
+            hand_on(handed_on)
+        else:
+            deliveries_enqueue(delivery_ids=handed_on, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
     for i, outcome in enumerate(outcomes):
         moved, _, transition = done[i]
         claim, result = outcome.claim, outcome.result
