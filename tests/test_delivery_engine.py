@@ -15,7 +15,7 @@ from django.utils import timezone
 from tests.conftest import wait_until
 from tests.receiver import Answer
 from webhooks import transport
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, Event
 from webhooks.services.delivery import (delivery_attempt, delivery_claim, delivery_record,
                                         deliveries_dispatch_due)
 from webhooks.services.endpoints import endpoint_delete, endpoint_update
@@ -116,7 +116,7 @@ def test_a_claim_whose_worker_died_costs_no_retry_step(api, receiver):
     _endpoint(api, receiver.url())
     (delivery_id,) = _deliveries(api, 1)
     assert delivery_claim(delivery_id=delivery_id).number == 1
-    Delivery.objects.filter(pk=delivery_id).update(locked_until=timezone.now() - timedelta(seconds=1))  # lease ran out
+    DeliveryLease.objects.filter(delivery_id=delivery_id).update(until=timezone.now() - timedelta(seconds=1))  # ran out
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.SUCCEEDED
     delivery = Delivery.objects.get(pk=delivery_id)
     assert delivery.attempt_count == 1
@@ -131,7 +131,7 @@ def test_a_late_record_does_not_undo_a_cancel_but_is_kept_and_frees_the_slot(api
     assert Delivery.objects.get(pk=delivery_id).status == Delivery.CANCELLED
     _send(claim)
     delivery = Delivery.objects.get(pk=delivery_id)
-    assert delivery.status == Delivery.CANCELLED and delivery.locked_until is None
+    assert delivery.status == Delivery.CANCELLED and not DeliveryLease.objects.filter(delivery=delivery).exists()
     assert [(a.number, a.response_status) for a in delivery.attempts.all()] == [(1, 200)]
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from tests.receiver import Answer
-from webhooks.models import Delivery, Endpoint
+from webhooks.models import Delivery, DeliveryLease, Endpoint
 from webhooks.services.delivery import delivery_attempt, delivery_claim, endpoints_disable_failing
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +45,7 @@ def test_a_claimed_delivery_cannot_be_claimed_again_until_its_lease_ends(api, re
     assert delivery_claim(delivery_id=delivery_id) is None
     assert delivery_attempt(delivery_id=delivery_id) is None  # a duplicate task does nothing
     assert receiver.received == []
-    Delivery.objects.filter(pk=delivery_id).update(locked_until=timezone.now() - timedelta(seconds=1))
+    DeliveryLease.objects.filter(delivery_id=delivery_id).update(until=timezone.now() - timedelta(seconds=1))
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.SUCCEEDED
     assert len(receiver.received) == 1
 

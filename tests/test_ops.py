@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
-from webhooks.models import Delivery, Endpoint
+from webhooks.models import Delivery, DeliveryLease, Endpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,7 +59,8 @@ def test_delivery_state_gauges_come_from_the_database(api):
     assert 90 <= samples[("herald_oldest_due_delivery_age_seconds", ())] < 120
     assert samples[("herald_delivery_attempts_in_flight", ())] == 0
     assert samples[("herald_endpoints_tripped", ())] == 0
-    Delivery.objects.filter(pk=ids[2]).update(locked_until=timezone.now() + timedelta(seconds=30))
+    DeliveryLease.objects.create(delivery_id=ids[2], endpoint=Endpoint.objects.get(),
+                                 until=timezone.now() + timedelta(seconds=30))
     Endpoint.objects.update(tripped_at=timezone.now())
     samples = _samples(Client().get("/metrics").content.decode())
     assert samples[("herald_delivery_attempts_in_flight", ())] == 1

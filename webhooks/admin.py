@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, Tenant
 from webhooks.services import delivery as delivery_service
 from webhooks.services.endpoints import endpoint_update
 
@@ -170,13 +170,18 @@ class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     show_full_result_count = False
     changelist_defer = ("event__data", "event__payload")
     fields = ("id", "tenant", "event", "endpoint", "status", "retry", "attempt_count", "next_attempt_at",
-              "locked_until", "enqueued_at", "created_at", "updated_at")
+              "in_flight_until", "parked_at", "enqueued_at", "created_at", "updated_at")
     readonly_fields = fields
     actions = ["retry_failed_deliveries"]
     inlines = [DeliveryAttemptInline]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("tenant", "event", "endpoint")
+
+    @admin.display(description="in flight until")
+    def in_flight_until(self, delivery: Delivery):
+        lease = DeliveryLease.objects.filter(delivery=delivery).first()
+        return lease.until if lease else "-"
 
     def get_fields(self, request, obj=None):
         if obj is not None and obj.status == Delivery.FAILED and self.has_retry_permission(request):

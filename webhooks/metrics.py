@@ -6,7 +6,7 @@ from django.db import connection
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
-from webhooks.models import Delivery, Endpoint
+from webhooks.models import Delivery, DeliveryLease, Endpoint
 from webhooks.transport import AttemptResult
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -52,9 +52,9 @@ class DeliveryStateCollector:
         FROM {Delivery._meta.db_table}
         WHERE status IN ('pending', 'failed')
     """
-    # Both from small partial indexes: live leases (delivery_leased) and tripped endpoints.
+    # Both from small tables or indexes: live leases, and tripped endpoints (endpoint_tripped).
     _ENGINE_SQL = f"""
-        SELECT (SELECT count(*) FROM {Delivery._meta.db_table} WHERE locked_until > now()),
+        SELECT (SELECT count(*) FROM {DeliveryLease._meta.db_table} WHERE until > now()),
                (SELECT count(*) FROM {Endpoint._meta.db_table}
                  WHERE tripped_at IS NOT NULL AND enabled AND deleted_at IS NULL)
     """

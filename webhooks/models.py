@@ -115,17 +115,15 @@ class Delivery(models.Model):
     STATUSES = [(PENDING, "pending"), (SUCCEEDED, "succeeded"), (FAILED, "failed"), (CANCELLED, "cancelled")]
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.delivery_id, editable=False)
-    # Each row is updated twice per attempt, and every index is written on each update: no index of
-    # its own for these keys (and no LIKE index, which Django adds for varchar keys), as the composite
-    # indexes below lead with each of them (tenant_status, event_endpoint, endpoint).
+    # The row is rewritten on every attempt's record, with every index: no index of its own for these
+    # keys (nor the LIKE twin Django adds for varchar keys), as the composite indexes below lead with
+    # each of them (tenant_status, event_endpoint, endpoint).
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="deliveries", db_index=False)
     event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False)
     endpoint = models.ForeignKey(Endpoint, on_delete=models.PROTECT, related_name="deliveries", db_index=False)
     status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
     attempt_count = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
-    # Lease: a worker that claims the delivery owns it until this time.
-    locked_until = models.DateTimeField(null=True, blank=True)
     # When a task was last published for it; the dispatcher re-publishes only if that looks lost.
     enqueued_at = models.DateTimeField(null=True, blank=True)
     # Set while it waits for its endpoint (in-flight cap reached, breaker tripped): it is in no queue
@@ -144,10 +142,7 @@ class Delivery(models.Model):
                          condition=models.Q(status="pending", parked_at__isnull=True)),
             # the dispatcher: which unclaimed deliveries are presumed still waiting in a queue
             models.Index(fields=["-enqueued_at"], name="delivery_waiting",
-                         condition=models.Q(status="pending", locked_until__isnull=True,
-                                            enqueued_at__isnull=False)),
-            # the claim: attempts in flight to an endpoint (live leases)
-            models.Index(fields=["endpoint"], name="delivery_leased", condition=models.Q(locked_until__isnull=False)),
+                         condition=models.Q(status="pending", enqueued_at__isnull=False)),
             # the hand-on: an endpoint's parked deliveries, oldest first
             models.Index(fields=["endpoint", "id"], name="delivery_parked", condition=models.Q(parked_at__isnull=False)),
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
@@ -156,6 +151,29 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.status}"
+
+
+class DeliveryLease(models.Model):
+    """A delivery whose attempt is in flight: its worker holds it until `until` (the attempt's deadline
+    plus a margin), and no other claim may take it before then.
+
+    A row of its own rather than a column of the delivery, so that a claim writes three columns here
+    instead of rewriting the delivery row and its indexes; the attempt's record deletes it. The
+    endpoint is copied in, to count an endpoint's attempts in flight from this small table alone.
+    An expired row is a lease whose worker died: the next claim takes it over, beat removes it.
+    """
+
+    delivery = models.OneToOneField(Delivery, primary_key=True, on_delete=models.CASCADE, related_name="lease",
+                                    db_constraint=False)
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False,
+                                 db_index=False)
+    until = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["endpoint", "until"], name="lease_endpoint")]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} until {self.until:%H:%M:%S}"
 
 
 class DeliveryAttempt(models.Model):

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from webhooks import breaker, event_types, metrics, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event
 from webhooks.publishing import broker_backlog, deliveries_enqueue
 from webhooks.services.endpoints import HAND_ON_SQL, endpoint_disable
 from webhooks.services.events import event_emit_operational
@@ -38,6 +38,7 @@ _ATTEMPT = DeliveryAttempt._meta.db_table
 _EVENT = Event._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
 _SECRET = EndpointSecret._meta.db_table
+_LEASE = DeliveryLease._meta.db_table
 
 # The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
 _LOCK_ENDPOINT_SQL = f"""
@@ -70,28 +71,33 @@ SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(durat
 # A parked delivery is in no queue and not the dispatcher's business: its endpoint hands it on.
 _DISPATCH_SQL = f"""
 WITH waiting_main AS (
-    SELECT id FROM {_DELIVERY}
-     WHERE status = 'pending' AND locked_until IS NULL AND enqueued_at = created_at
-     ORDER BY enqueued_at DESC
+    SELECT d.id FROM {_DELIVERY} d
+     WHERE d.status = 'pending' AND d.enqueued_at = d.created_at
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
+     ORDER BY d.enqueued_at DESC
      LIMIT %(in_main)s
 ), waiting_periodic AS (
-    SELECT id FROM {_DELIVERY}
-     WHERE status = 'pending' AND locked_until IS NULL AND enqueued_at > created_at
-     ORDER BY enqueued_at DESC
+    SELECT d.id FROM {_DELIVERY} d
+     WHERE d.status = 'pending' AND d.enqueued_at > d.created_at
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
+     ORDER BY d.enqueued_at DESC
      LIMIT %(in_periodic)s
 ), due AS (
-    SELECT id FROM {_DELIVERY}
-     WHERE status = 'pending' AND parked_at IS NULL AND next_attempt_at <= now()
-       AND (locked_until IS NULL OR locked_until < now())
-       AND (enqueued_at IS NULL
-            OR locked_until IS NOT NULL
-            OR (enqueued_at < now() - make_interval(secs => %(redispatch)s)
-                AND id NOT IN (SELECT id FROM waiting_main) AND id NOT IN (SELECT id FROM waiting_periodic)))
-     ORDER BY next_attempt_at
+    SELECT d.id FROM {_DELIVERY} d
+     WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.next_attempt_at <= now()
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id AND l.until > now())
+       AND (d.enqueued_at IS NULL
+            OR EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
+            OR (d.enqueued_at < now() - make_interval(secs => %(redispatch)s)
+                AND d.id NOT IN (SELECT id FROM waiting_main) AND d.id NOT IN (SELECT id FROM waiting_periodic)))
+     ORDER BY d.next_attempt_at
      LIMIT %(batch)s
-     FOR UPDATE SKIP LOCKED
+     FOR UPDATE OF d SKIP LOCKED
+), expired AS (
+    -- leases whose worker died: taken into account above, and of no use to anyone any more
+    DELETE FROM {_LEASE} WHERE until <= now()
 )
-UPDATE {_DELIVERY} SET enqueued_at = now(), locked_until = NULL
+UPDATE {_DELIVERY} SET enqueued_at = now()
  WHERE id IN (SELECT id FROM due)
 RETURNING id
 """
@@ -126,7 +132,7 @@ WITH RECURSIVE parked(endpoint_id) AS (
     SELECT ep.id, coalesce(ep.max_in_flight, %(default_cap)s) AS cap
       FROM {_ENDPOINT} ep JOIN parked p ON p.endpoint_id = ep.id
      WHERE ep.tripped_at IS NULL AND ep.enabled AND ep.deleted_at IS NULL
-       AND NOT EXISTS (SELECT 1 FROM {_DELIVERY} l WHERE l.endpoint_id = ep.id AND l.locked_until > now())
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.endpoint_id = ep.id AND l.until > now())
        FOR NO KEY UPDATE OF ep SKIP LOCKED
 )
 UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
@@ -434,7 +440,7 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     now = timezone.now()
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
-    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, locked_until=None, parked_at=None,
+    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, parked_at=None,
              updated_at=now)
     if updated:
         delivery_ids = [delivery.pk]  # re-published by the system: the periodic queue, like retries

@@ -3,12 +3,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from webhooks import event_types
-from webhooks.models import Delivery, Endpoint, EndpointSecret, Tenant
+from webhooks.models import Delivery, DeliveryLease, Endpoint, EndpointSecret, Tenant
 from webhooks.publishing import deliveries_enqueue
 from webhooks.services.events import event_emit_operational
 from webhooks.signing import generate_secret
@@ -32,7 +32,7 @@ UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
  WHERE id IN (
     SELECT id FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND parked_at IS NOT NULL ORDER BY id
      LIMIT greatest(0, least(%(limit)s, %(cap)s - (
-        SELECT count(*) FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND locked_until > now()))))
+        SELECT count(*) FROM {DeliveryLease._meta.db_table} WHERE endpoint_id = %(endpoint)s AND until > now()))))
 RETURNING id
 """
 
@@ -118,10 +118,9 @@ def endpoint_hand_on(*, endpoint: Endpoint, limit: int | None = None) -> list[st
 
 def _fail_waiting(*, endpoint_id: str) -> int:
     """A disabled endpoint receives nothing: what waits for it (not in flight) is failed now."""
-    return Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).filter(
-        Q(locked_until__isnull=True) | Q(locked_until__lt=Now())).update(
-        status=Delivery.FAILED, next_attempt_at=None, parked_at=None, enqueued_at=None, locked_until=None,
-        updated_at=Now())
+    in_flight = DeliveryLease.objects.filter(delivery=OuterRef("pk"), until__gt=Now())
+    return Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).exclude(Exists(in_flight)).update(
+        status=Delivery.FAILED, next_attempt_at=None, parked_at=None, enqueued_at=None, updated_at=Now())
 
 
 @transaction.atomic
