@@ -342,9 +342,6 @@ def answer_summary(replies: list[Reply]) -> dict:
                         (f" {r.code}" if r.code else "") + (" replay" if r.replay else "") for r in replies))
 
 
-KNOWN_UPSTREAM_EXITS = ("'NoneType' object has no attribute 'hostname'",)
-
-
 def check_survivors(result: Result, stack: Stack, before: dict[str, list[int]], spared: tuple[str, ...] = ()) -> None:
     """Every Herald process running before the fault still runs: a fault must not take a process down."""
     for name, pids in before.items():
@@ -353,14 +350,7 @@ def check_survivors(result: Result, stack: Stack, before: dict[str, list[int]], 
         proc = stack.procs.get(name)
         if proc is None or not proc.alive():
             reason = last_fatal_line(proc) if proc else "gone"
-            message = f"{name} (pid {pids[0] if pids else '?'}) exited during the fault: {reason}"
-            if any(known in reason for known in KNOWN_UPSTREAM_EXITS):
-                # Seen about once in 15 Redis restarts (kombu 5.7.0 Channel.close -> restore_unacked on a
-                # connection already gone). A supervisor restarts the worker (compose: unless-stopped) and
-                # the other worker carries on; lost or twice-executed work still fails the scenario.
-                result.notes.append(f"{message} (known kombu issue; not counted as a failure)")
-            else:
-                result.problem(message)
+            result.problem(f"{name} (pid {pids[0] if pids else '?'}) exited during the fault: {reason}")
         elif proc.pids() != pids:
             result.notes.append(f"{name} changed child processes: {pids} → {proc.pids()}")
 
