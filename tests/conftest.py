@@ -119,6 +119,33 @@ def subprocess_env(**extra) -> dict:
 
 
 @pytest.fixture
+def processes():
+    """Start Herald processes (tests/processes.py) through this; each is stopped when the test ends."""
+    started = []
+
+    def start(process):
+        started.append(process)
+        return process
+
+    yield start
+    for process in reversed(started):
+        process.stop()
+
+
+def create_endpoint(api, url: str, **extra) -> dict:
+    """POST /api/v1/endpoints through `api`; the created endpoint (fails the test on anything but 201)."""
+    response = api.post("endpoints", {"url": url, **extra})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def all_succeeded(delivery_ids) -> bool:
+    from webhooks.models import Delivery
+
+    return Delivery.objects.filter(pk__in=delivery_ids, status=Delivery.SUCCEEDED).count() == len(delivery_ids)
+
+
+@pytest.fixture
 def receiver():
     from tests.receiver import Receiver
 

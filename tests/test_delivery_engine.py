@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tests.conftest import wait_until
+from tests.conftest import create_endpoint, wait_until
 from tests.receiver import Answer
 from webhooks import transport
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, Event
@@ -21,12 +21,6 @@ from webhooks.services.delivery import (delivery_attempt, delivery_claim, delive
 from webhooks.services.endpoints import endpoint_delete, endpoint_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _endpoint(api, url, **extra):
-    response = api.post("endpoints", {"url": url, **extra})
-    assert response.status_code == 201, response.content
-    return response.json()
 
 
 def _deliveries(api, count, event_type="invoice.paid", endpoint=None):
@@ -56,7 +50,7 @@ def _operational(tenant):
 
 def test_a_delivery_over_the_cap_is_parked_without_an_attempt_and_handed_on_when_a_slot_frees(api, receiver, broker):
     # given an endpoint that takes one attempt at a time, with one in flight
-    _endpoint(api, receiver.url(), max_in_flight=1)
+    create_endpoint(api, receiver.url(), max_in_flight=1)
     first, second = _deliveries(api, 2)
     claim = delivery_claim(delivery_id=first)
     assert claim is not None
@@ -82,7 +76,7 @@ def test_a_delivery_over_the_cap_is_parked_without_an_attempt_and_handed_on_when
 
 def test_concurrent_claims_never_exceed_the_cap(api, receiver, broker):
     # given eight deliveries for an endpoint capped at three, and a receiver that takes 0.3 s
-    _endpoint(api, receiver.url(), max_in_flight=3)
+    create_endpoint(api, receiver.url(), max_in_flight=3)
     ids = _deliveries(api, 8)
     broker.clear()  # the tasks intake published: this test runs them itself
     receiver.script("/hook", *[Answer(delay=0.3)] * 8)
@@ -113,7 +107,7 @@ def test_concurrent_claims_never_exceed_the_cap(api, receiver, broker):
 
 
 def test_a_claim_whose_worker_died_costs_no_retry_step(api, receiver):
-    _endpoint(api, receiver.url())
+    create_endpoint(api, receiver.url())
     (delivery_id,) = _deliveries(api, 1)
     assert delivery_claim(delivery_id=delivery_id).number == 1
     DeliveryLease.objects.filter(delivery_id=delivery_id).update(until=timezone.now() - timedelta(seconds=1))  # ran out
@@ -124,7 +118,7 @@ def test_a_claim_whose_worker_died_costs_no_retry_step(api, receiver):
 
 
 def test_a_late_record_does_not_undo_a_cancel_but_is_kept_and_frees_the_slot(api, receiver):
-    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    endpoint = create_endpoint(api, receiver.url(), max_in_flight=1)
     (delivery_id,) = _deliveries(api, 1)
     claim = delivery_claim(delivery_id=delivery_id)
     endpoint_delete(endpoint=Endpoint.objects.get(pk=endpoint["id"]))  # while the attempt is in flight
@@ -136,7 +130,7 @@ def test_a_late_record_does_not_undo_a_cancel_but_is_kept_and_frees_the_slot(api
 
 
 def test_endpoint_update_writes_only_what_it_was_given(api, receiver):
-    endpoint = _endpoint(api, receiver.url())
+    endpoint = create_endpoint(api, receiver.url())
     stale = Endpoint.objects.get(pk=endpoint["id"])  # read before a worker trips the breaker
     tripped_at = timezone.now()
     Endpoint.objects.filter(pk=stale.pk).update(consecutive_failures=5, tripped_at=tripped_at,
@@ -148,7 +142,7 @@ def test_endpoint_update_writes_only_what_it_was_given(api, receiver):
 
 
 def test_raising_the_cap_hands_parked_deliveries_on_at_once(api, receiver, broker):
-    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    endpoint = create_endpoint(api, receiver.url(), max_in_flight=1)
     ids = _deliveries(api, 4)
     assert delivery_claim(delivery_id=ids[0]) is not None
     for delivery_id in ids[1:]:
@@ -162,7 +156,7 @@ def test_raising_the_cap_hands_parked_deliveries_on_at_once(api, receiver, broke
 
 
 def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
-    endpoint = _endpoint(api, receiver.url(), max_in_flight=1)
+    endpoint = create_endpoint(api, receiver.url(), max_in_flight=1)
     ids = _deliveries(api, 3)
     claim = delivery_claim(delivery_id=ids[0])
     assert delivery_attempt(delivery_id=ids[1]) is None
@@ -179,8 +173,8 @@ def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
 def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, settings):
     settings.WEBHOOK_BREAKER_FAILURES = 2
     settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS = 1
-    monitor = _endpoint(api, receiver.url("/monitor"), event_types=["herald.*"])
-    flaky = _endpoint(api, receiver.url("/flaky"), event_types=["invoice.*"], max_in_flight=5)
+    monitor = create_endpoint(api, receiver.url("/monitor"), event_types=["herald.*"])
+    flaky = create_endpoint(api, receiver.url("/flaky"), event_types=["invoice.*"], max_in_flight=5)
     receiver.script("/flaky", 500, 500, 500)  # two failures trip it; the first probe fails too
     ids = _deliveries(api, 4)
 
@@ -231,12 +225,12 @@ def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, sett
 
 def test_operational_events_go_only_to_endpoints_that_name_them(api, receiver, settings):
     settings.WEBHOOK_RETRY_SCHEDULE = "0"
-    subscribers = {name: _endpoint(api, receiver.url(f"/{name}"), event_types=types, channels=channels)["id"]
+    subscribers = {name: create_endpoint(api, receiver.url(f"/{name}"), event_types=types, channels=channels)["id"]
                    for name, types, channels in [
                        ("all", [], []), ("star", ["*"], []), ("herald", ["herald.*"], []),
                        ("exact", ["herald.endpoint.disabled"], []), ("failed", ["herald.delivery.failed"], []),
                        ("channelled", ["herald.endpoint.*"], ["eu"])]}
-    gone = _endpoint(api, receiver.url("/gone"), event_types=["gone.*"])
+    gone = create_endpoint(api, receiver.url("/gone"), event_types=["gone.*"])
     receiver.script("/gone", 410)
     (delivery_id,) = _deliveries(api, 1, event_type="gone.away", endpoint=gone)
 
@@ -261,8 +255,8 @@ def test_operational_events_go_only_to_endpoints_that_name_them(api, receiver, s
 
 def test_a_delivery_that_uses_its_last_attempt_is_reported(api, receiver, settings):
     settings.WEBHOOK_RETRY_SCHEDULE = "0"
-    monitor = _endpoint(api, receiver.url("/monitor"), event_types=["herald.delivery.failed"])
-    target = _endpoint(api, receiver.url("/down"), event_types=["invoice.*"])
+    monitor = create_endpoint(api, receiver.url("/monitor"), event_types=["herald.delivery.failed"])
+    target = create_endpoint(api, receiver.url("/down"), event_types=["invoice.*"])
     receiver.script("/down", 500, Answer(status=503, body=b"maintenance"))
     (delivery_id,) = _deliveries(api, 1)
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING

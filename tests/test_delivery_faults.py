@@ -5,7 +5,7 @@ import pytest
 import requests
 from django.conf import settings
 
-from tests.conftest import wait_until
+from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import RedisServer, celery_beat, celery_worker, free_port, gunicorn
 from tests.receiver import Answer
 from webhooks.models import Delivery
@@ -14,34 +14,11 @@ from webhooks.tasks import deliver
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-@pytest.fixture
-def processes():
-    started = []
-
-    def start(process):
-        started.append(process)
-        return process
-
-    yield start
-    for process in reversed(started):
-        process.stop()
-
-
-def _endpoint(api, url, **extra):
-    response = api.post("endpoints", {"url": url, **extra})
-    assert response.status_code == 201, response.content
-    return response.json()
-
-
-def _all_succeeded(ids):
-    return Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == len(ids)
-
-
 def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
     # given a worker in the middle of a slow delivery
     processes(celery_beat())
     doomed = processes(celery_worker("doomed"))
-    _endpoint(api, receiver.url())
+    create_endpoint(api, receiver.url())
     receiver.script("/hook", Answer(delay=30))
     event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
     receiver.wait_for(1)
@@ -53,7 +30,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
 
     # then the delivery is sent again once the lease (4 s in tests) runs out, and succeeds
     delivery_id = event["deliveries"][0]["id"]
-    wait_until(lambda: _all_succeeded([delivery_id]), timeout=30, message="redelivery after the crash")
+    wait_until(lambda: all_succeeded([delivery_id]), timeout=30, message="redelivery after the crash")
     requests_seen = receiver.requests_to("/hook")
     assert len(requests_seen) == 2
     assert requests_seen[1].at - killed_at < 2 * settings.WEBHOOK_TIMEOUT_SECONDS + 30
@@ -61,7 +38,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
 
 
 def test_a_redis_flush_before_any_worker_ran_loses_nothing(api, receiver, processes, broker):
-    _endpoint(api, receiver.url())
+    create_endpoint(api, receiver.url())
     ids = [d["id"] for n in range(5)
            for d in api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"]]
     assert sorted(broker.delivery_ids()) == sorted(ids)
@@ -70,7 +47,7 @@ def test_a_redis_flush_before_any_worker_ran_loses_nothing(api, receiver, proces
 
     processes(celery_worker("after-flush"))
     processes(celery_beat())
-    wait_until(lambda: _all_succeeded(ids), timeout=30, message="deliveries after the flush")
+    wait_until(lambda: all_succeeded(ids), timeout=30, message="deliveries after the flush")
     assert sorted(r.headers["webhook-id"] for r in receiver.received) == sorted(
         Delivery.objects.filter(pk__in=ids).values_list("event_id", flat=True))
 
@@ -83,7 +60,7 @@ def test_intake_answers_202_while_redis_is_down_and_deliveries_arrive_after(api,
     processes(gunicorn(port, **env))
     processes(celery_worker("broker-loss", **env))
     processes(celery_beat(**env))
-    _endpoint(api, receiver.url())
+    create_endpoint(api, receiver.url())
 
     try:
         broker.stop()
@@ -100,14 +77,14 @@ def test_intake_answers_202_while_redis_is_down_and_deliveries_arrive_after(api,
         assert receiver.received == []
     finally:
         broker.start()
-    wait_until(lambda: _all_succeeded(ids), timeout=40, message="deliveries once redis is back")
+    wait_until(lambda: all_succeeded(ids), timeout=40, message="deliveries once redis is back")
     assert len(receiver.received) == 3
 
 
 def test_two_workers_and_duplicated_tasks_never_send_one_delivery_concurrently(api, receiver, processes):
     processes(celery_worker("left", concurrency=2))
     processes(celery_worker("right", concurrency=2))
-    _endpoint(api, receiver.url())
+    create_endpoint(api, receiver.url())
     receiver.script("/hook", *[Answer(delay=0.4)] * 6)
     ids = [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"][0]["id"]
            for n in range(6)]
@@ -115,7 +92,7 @@ def test_two_workers_and_duplicated_tasks_never_send_one_delivery_concurrently(a
         for _ in range(4):
             deliver.delay(delivery_id)
 
-    wait_until(lambda: _all_succeeded(ids), timeout=30)
+    wait_until(lambda: all_succeeded(ids), timeout=30)
     time.sleep(0.5)  # let the duplicates run out (they find nothing to claim)
     assert len(receiver.received) == 6
     assert set(receiver.max_in_flight.values()) == {1}
@@ -124,8 +101,8 @@ def test_two_workers_and_duplicated_tasks_never_send_one_delivery_concurrently(a
 
 def test_a_private_address_is_refused_at_connect_time(api, receiver, processes):
     # the endpoint was accepted while private networks were allowed; the worker no longer allows them
-    _endpoint(api, receiver.url())
-    _endpoint(api, f"http://localhost:{receiver.port}/by-name", event_types=["invoice.*"])
+    create_endpoint(api, receiver.url())
+    create_endpoint(api, f"http://localhost:{receiver.port}/by-name", event_types=["invoice.*"])
     processes(celery_worker("strict", WEBHOOK_ALLOW_PRIVATE_NETWORKS="false"))
     event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
     ids = [d["id"] for d in event["deliveries"]]
@@ -138,8 +115,8 @@ def test_a_private_address_is_refused_at_connect_time(api, receiver, processes):
 
 def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, processes, broker):
     # given a delivery whose task was lost (removed from Redis) ...
-    _endpoint(api, receiver.url("/slow"), event_types=["slow.*"])
-    _endpoint(api, receiver.url("/lost"), event_types=["lost.*"])
+    create_endpoint(api, receiver.url("/slow"), event_types=["slow.*"])
+    create_endpoint(api, receiver.url("/lost"), event_types=["lost.*"])
     lost = api.post("events", {"type": "lost.thing", "data": {}}).json()["deliveries"][0]["id"]
     (message,) = [raw for raw in broker.redis.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)
                   if lost.encode() in raw]
@@ -156,6 +133,6 @@ def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, proce
     receiver.wait_for(1, "/lost", timeout=8)
     assert len(receiver.requests_to("/slow")) < 10
     # and the slow ones, still waiting in the queue, were not published a second time
-    wait_until(lambda: _all_succeeded(slow), timeout=30)
+    wait_until(lambda: all_succeeded(slow), timeout=30)
     assert len(receiver.requests_to("/slow")) == 15
     assert all(d.attempt_count == 1 for d in Delivery.objects.filter(pk__in=slow))

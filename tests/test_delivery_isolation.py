@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from tests.conftest import wait_until
+from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt
@@ -15,31 +15,8 @@ from webhooks.models import Delivery, DeliveryAttempt
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-@pytest.fixture
-def processes():
-    started = []
-
-    def start(process):
-        started.append(process)
-        return process
-
-    yield start
-    for process in reversed(started):
-        process.stop()
-
-
-def _endpoint(api, url, **extra):
-    response = api.post("endpoints", {"url": url, **extra})
-    assert response.status_code == 201, response.content
-    return response.json()
-
-
 def _post(api, event_type, n):
     return api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-
-
-def _all_succeeded(ids):
-    return Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == len(ids)
 
 
 def _max_overlap(delivery_ids) -> int:
@@ -60,7 +37,7 @@ def test_the_cap_holds_across_two_workers_and_a_freed_slot_is_handed_on_without_
     # given two workers with 20 threads each, no beat, and an endpoint that takes 3 attempts at a time
     processes(celery_worker("left", concurrency=20))
     processes(celery_worker("right", concurrency=20))
-    _endpoint(api, receiver.url(), max_in_flight=3)
+    create_endpoint(api, receiver.url(), max_in_flight=3)
     receiver.script("/hook", *[Answer(delay=0.25)] * 30)
 
     # when 30 deliveries arrive at once
@@ -69,7 +46,7 @@ def test_the_cap_holds_across_two_workers_and_a_freed_slot_is_handed_on_without_
 
     # then they all go out, three at a time, each once: parked deliveries were handed on by the
     # attempts that freed their slots (there is no beat to find them)
-    wait_until(lambda: _all_succeeded(ids), timeout=30, message="every capped delivery")
+    wait_until(lambda: all_succeeded(ids), timeout=30, message="every capped delivery")
     elapsed = time.monotonic() - started
     assert receiver.path_max_in_flight["/hook"] == 3
     assert len(receiver.received) == 30
@@ -81,8 +58,8 @@ def test_a_hanging_endpoint_holds_back_no_other(api, receiver, processes):
     # given one worker with 10 threads, beat, and an endpoint that hangs past the timeout (2 s in tests)
     processes(celery_worker("neighbours", concurrency=10))
     processes(celery_beat())
-    _endpoint(api, receiver.url("/hang"), event_types=["hang.*"], max_in_flight=2)
-    _endpoint(api, receiver.url("/ok"), event_types=["ok.*"])
+    create_endpoint(api, receiver.url("/hang"), event_types=["hang.*"], max_in_flight=2)
+    create_endpoint(api, receiver.url("/ok"), event_types=["ok.*"])
     receiver.script("/hang", *[Answer(delay=8)] * 40)
     hanging = [_post(api, "hang.thing", n) for n in range(30)]
     receiver.wait_for(2, "/hang")
@@ -107,7 +84,7 @@ def test_the_default_worker_keeps_100_attempts_in_flight_on_a_bounded_connection
     worker = processes(celery_worker("default", concurrency=None, WEBHOOK_WORKER_DB_POOL_SIZE=4))
     assert "concurrency: 100 (thread)" in worker.output()
     for n in range(10):
-        _endpoint(api, receiver.url(f"/slow/{n}"), event_types=[f"slow{n}.*"])
+        create_endpoint(api, receiver.url(f"/slow/{n}"), event_types=[f"slow{n}.*"])
         receiver.script(f"/slow/{n}", *[Answer(delay=0.5)] * 20)
 
     samples = []
@@ -125,7 +102,7 @@ def test_the_default_worker_keeps_100_attempts_in_flight_on_a_bounded_connection
     sampler.start()
     try:
         ids = [_post(api, f"slow{n % 10}.thing", n) for n in range(200)]
-        wait_until(lambda: _all_succeeded(ids), timeout=40, message="200 deliveries to 0.5 s receivers")
+        wait_until(lambda: all_succeeded(ids), timeout=40, message="200 deliveries to 0.5 s receivers")
     finally:
         stop.set()
         sampler.join(5)

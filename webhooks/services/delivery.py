@@ -28,7 +28,7 @@ from webhooks import breaker, event_types, metrics, retry_policy, signing, trans
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event
 from webhooks.publishing import broker_backlog, deliveries_enqueue
-from webhooks.services.endpoints import HAND_ON_SQL, endpoint_disable
+from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
 
 logger = logging.getLogger("herald.delivery")
