@@ -39,6 +39,14 @@ class EndpointCreateInput(serializers.Serializer):
                                              default=None, help_text=(
                                                  "Attempts in flight to this endpoint at once, across all workers; "
                                                  "null: the deployment's default (WEBHOOK_ENDPOINT_MAX_IN_FLIGHT)."))
+    throttle_rate = serializers.IntegerField(min_value=1, max_value=10000, required=False, allow_null=True,
+                                             default=None, help_text=(
+                                                 "Attempts started per second at most, across all workers; "
+                                                 "null: no limit."))
+    ordering = serializers.ChoiceField(choices=[Endpoint.UNORDERED, Endpoint.FIFO], required=False,
+                                       default=Endpoint.UNORDERED, help_text=(
+                                           "fifo: one delivery at a time, in event order; the next goes only "
+                                           "once the previous one succeeded, failed or was cancelled."))
 
     def validate_event_types(self, value):
         return _validate_patterns(value)
@@ -64,7 +72,7 @@ class EndpointOutput(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["id", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-                  "max_in_flight", "health", "secret", "created_at", "updated_at"]
+                  "max_in_flight", "throttle_rate", "ordering", "health", "secret", "created_at", "updated_at"]
 
     def get_max_in_flight(self, endpoint: Endpoint) -> int:
         return endpoint_max_in_flight(endpoint)

@@ -13,6 +13,11 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    status: int = 200  # what the receiver answered (or will, after its scripted delay)
+
+    @property
+    def answered_ok(self) -> bool:
+        return 200 <= self.status < 300
 
 
 @dataclass(frozen=True)
@@ -47,14 +52,14 @@ class Receiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 msg_id = headers.get("webhook-id", "")
                 with receiver._changed:
-                    receiver.received.append(Received(self.path, headers, body, time.monotonic()))
+                    script = receiver._script[self.path]
+                    answer = script.popleft() if script else Answer()
+                    receiver.received.append(Received(self.path, headers, body, time.monotonic(), answer.status))
                     receiver.in_flight[msg_id] += 1
                     receiver.max_in_flight[msg_id] = max(receiver.max_in_flight[msg_id], receiver.in_flight[msg_id])
                     receiver.path_in_flight[self.path] += 1
                     receiver.path_max_in_flight[self.path] = max(receiver.path_max_in_flight[self.path],
                                                                  receiver.path_in_flight[self.path])
-                    script = receiver._script[self.path]
-                    answer = script.popleft() if script else Answer()
                     receiver._changed.notify_all()
                 try:
                     if answer.delay:

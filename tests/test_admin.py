@@ -238,7 +238,7 @@ def test_reenabling_an_endpoint_goes_through_the_service(admin_client, world):
                                                    failing_since="2024-01-01T00:00:00Z")
     secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
     response = admin_client.post(_url(Endpoint, "change", endpoint.pk), {
-        "description": "billing", "enabled": "on",
+        "description": "billing", "enabled": "on", "ordering": "unordered",
         "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets,
     })
     assert response.status_code == 302, response.content.decode()[-3000:]
@@ -256,10 +256,10 @@ def test_an_operator_sees_the_breaker_and_sets_the_cap(admin_client, world):
     assert endpoint.pk in tripped_list and "tripped" in tripped_list
     secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
     response = admin_client.post(_url(Endpoint, "change", endpoint.pk), {
-        "description": "", "enabled": "on", "max_in_flight": "25",
+        "description": "", "enabled": "on", "max_in_flight": "25", "throttle_rate": "50", "ordering": "fifo",
         "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets,
     })
     assert response.status_code == 302, response.content.decode()[-3000:]
     endpoint.refresh_from_db()
-    assert endpoint.max_in_flight == 25
+    assert (endpoint.max_in_flight, endpoint.throttle_rate, endpoint.ordering) == (25, 50, "fifo")
     assert endpoint.tripped_at is not None  # only what the operator changed was written

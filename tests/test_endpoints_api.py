@@ -152,3 +152,24 @@ def test_a_tripped_endpoint_shows_when_it_will_be_probed(api):
     health = api.get(f"endpoints/{endpoint['id']}").json()["health"]
     assert health["state"] == "tripped" and health["consecutive_failures"] == 5
     assert health["next_probe_at"] == health["failing_since"] == now.isoformat().replace("+00:00", "Z")
+
+
+def test_ordering_and_throttle_rate_are_endpoint_options(api):
+    plain = _create(api)
+    assert (plain["ordering"], plain["throttle_rate"]) == ("unordered", None)
+    shaped = _create(api, url="https://b.example.com/", ordering="fifo", throttle_rate=20)
+    assert (shaped["ordering"], shaped["throttle_rate"]) == ("fifo", 20)
+    patched = api.patch(f"endpoints/{shaped['id']}", {"ordering": "unordered", "throttle_rate": None}).json()
+    assert (patched["ordering"], patched["throttle_rate"]) == ("unordered", None)
+
+
+@pytest.mark.parametrize("body", [{"ordering": "lifo"}, {"ordering": None}, {"throttle_rate": 0},
+                                  {"throttle_rate": 10001}, {"throttle_rate": "fast"}])
+def test_bad_ordering_or_throttle_is_400_and_changes_nothing(api, body):
+    endpoint = _create(api)
+    response = api.post("endpoints", {"url": "https://c.example.com/", **body})
+    assert response.status_code == 400 and set(body) <= set(response.json()["errors"])
+    assert api.patch(f"endpoints/{endpoint['id']}", body).status_code == 400
+    unchanged = Endpoint.objects.get(pk=endpoint["id"])
+    assert (unchanged.ordering, unchanged.throttle_rate) == ("unordered", None)
+    assert Endpoint.objects.count() == 1

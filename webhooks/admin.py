@@ -71,7 +71,7 @@ class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
     """Endpoints are created, rotated and deleted by tenants through the API; here ops may only
-    enable/disable one, set its in-flight cap or fix its description (through `endpoint_update`,
+    enable/disable one, set its in-flight cap, throttle or ordering, or fix its description (through `endpoint_update`,
     which clears the failure record and the breaker on re-enable)."""
 
     list_display = ("id", "tenant", "url", "enabled", "health", "consecutive_failures", "disabled_reason",
@@ -80,9 +80,9 @@ class EndpointAdmin(admin.ModelAdmin):
     list_select_related = ("tenant",)
     search_fields = ("url", "id")
     fields = ("id", "tenant", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-              "max_in_flight", "health", "consecutive_failures", "failing_since", "tripped_at", "next_probe_at",
-              "failed_probes", "deleted_at", "created_at", "updated_at")
-    ops_editable = ("description", "enabled", "max_in_flight")
+              "max_in_flight", "throttle_rate", "ordering", "health", "consecutive_failures", "failing_since",
+              "tripped_at", "next_probe_at", "failed_probes", "deleted_at", "created_at", "updated_at")
+    ops_editable = ("description", "enabled", "max_in_flight", "throttle_rate", "ordering")
 
     @admin.display(description="health")
     def health(self, endpoint: Endpoint) -> str:

@@ -11,7 +11,9 @@ more attempts in flight than that. The engine thread:
 - records the attempts that finished in one call (`deliveries_record`), which also gives freed
   slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
   through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
-  publishes them).
+  publishes them);
+- wakes a throttled endpoint when its next attempt may start (the claim says when), so that its
+  parked deliveries go out at its rate, one after the other, without waiting for beat.
 
 A hundred threads each sending and each talking to PostgreSQL twice spent their time handing the GIL
 around; the README has the measured comparison. A failure inside the engine costs only the batch in
@@ -20,11 +22,13 @@ shutting down waits for the attempts in flight (their deadline bounds the wait).
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import select
 import socket
 import threading
+import time
 from collections import deque
 from datetime import datetime
 
@@ -48,6 +52,8 @@ class Engine:
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
         self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime]] = {}
         self._submitted: deque[str] = deque()
+        self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
+        self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
         self._held = 0  # deliveries submitted and not finished yet
         self._changed = threading.Condition()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -104,6 +110,7 @@ class Engine:
             self._submitted.clear()
         if batch:
             self._start(batch)
+        self._wake_due_endpoints()
         while self._multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
             pass
         finished = []
@@ -114,11 +121,17 @@ class Engine:
                 break
         if finished:
             self._finish(finished)
+        connections.close_all()  # a connection this turn used goes back to the pool (or is closed: no pool)
         self._wait()
 
     def _wait(self) -> None:
         timeout_ms = self._multi.timeout()
         timeout = 1.0 if timeout_ms < 0 else min(timeout_ms / 1000, 1.0)
+        if self._wakes:
+            timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
+        with self._changed:
+            if self._submitted:  # handed on by this very thread (a record, a wake): claim them at once
+                timeout = 0.0
         read, write, error = self._multi.fdset()
         ready, _, _ = select.select(read + [self._wake_r], write, error, timeout)
         if self._wake_r in ready:
@@ -128,15 +141,35 @@ class Engine:
             except BlockingIOError:
                 pass
 
+    def _wake_due_endpoints(self) -> None:
+        now = time.monotonic()
+        while self._wakes and self._wakes[0][0] <= now:
+            when, endpoint_id = heapq.heappop(self._wakes)
+            if self._wake_for.get(endpoint_id) != when:
+                continue  # superseded by an earlier one
+            del self._wake_for[endpoint_id]
+            try:
+                self._take(delivery_service.endpoint_wake(endpoint_id=endpoint_id))
+            except Exception:  # noqa: BLE001 - beat's parked check hands them on instead
+                logger.exception("engine.wake_failed", extra={"endpoint_id": endpoint_id})
+
     def _start(self, batch: list[str]) -> None:
         try:
             close_old_connections()
-            claims = delivery_service.deliveries_claim(delivery_ids=batch)
+            result = delivery_service.deliveries_claim(delivery_ids=batch)
         except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
             logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
             self._release(len(batch))
             return
+        claims = result.claims
         self._release(len(batch) - len(claims))  # duplicates, parked, not due: nothing to send
+        if result.wake_at:
+            now, monotonic = timezone.now(), time.monotonic()
+            for endpoint_id, when in result.wake_at.items():
+                at = monotonic + (when - now).total_seconds()
+                if at < self._wake_for.get(endpoint_id, float("inf")):
+                    self._wake_for[endpoint_id] = at
+                    heapq.heappush(self._wakes, (at, endpoint_id))
         for claim in claims.values():
             curl = self._idle.pop() if self._idle else pycurl.Curl()
             attempt = transport.Attempt(curl, url=claim.url, body=claim.payload,
@@ -159,7 +192,6 @@ class Engine:
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:
-            connections.close_all()  # a pooled connection goes back for the other threads
             self._release(len(outcomes))
 
 

@@ -32,6 +32,14 @@ class Endpoint(models.Model):
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
     # Attempts in flight to it at once, across every worker; null: WEBHOOK_ENDPOINT_MAX_IN_FLIGHT.
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    UNORDERED = "unordered"
+    FIFO = "fifo"
+    ORDERINGS = [(UNORDERED, "unordered"), (FIFO, "fifo: one at a time, in event order")]
+    ordering = models.CharField(max_length=16, choices=ORDERINGS, default=UNORDERED)
+    # Attempts started per second at most, across every worker (null: no limit). throttle_tat is the
+    # earliest time the next one may start (GCRA's theoretical arrival time), moved on by each claim.
+    throttle_rate = models.PositiveIntegerField(null=True, blank=True)
+    throttle_tat = models.DateTimeField(null=True, blank=True)
     # Since when every attempt has failed (the clock of WEBHOOK_DISABLE_AFTER_SECONDS).
     failing_since = models.DateTimeField(null=True, blank=True)
     # Circuit breaker: tripped after WEBHOOK_BREAKER_FAILURES consecutive failures; while tripped no
@@ -145,6 +153,8 @@ class Delivery(models.Model):
                          condition=models.Q(status="pending", enqueued_at__isnull=False)),
             # the hand-on: an endpoint's parked deliveries, oldest first
             models.Index(fields=["endpoint", "id"], name="delivery_parked", condition=models.Q(parked_at__isnull=False)),
+            # the claim of a fifo endpoint's delivery: is an older one still pending?
+            models.Index(fields=["endpoint", "id"], name="delivery_pending_order", condition=models.Q(status="pending")),
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
             models.Index(fields=["endpoint", "-id"], name="delivery_endpoint"),
         ]

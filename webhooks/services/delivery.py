@@ -129,17 +129,19 @@ WITH RECURSIVE parked(endpoint_id) AS (
              WHERE d.parked_at IS NOT NULL AND d.endpoint_id > p.endpoint_id ORDER BY d.endpoint_id LIMIT 1)
       FROM parked p WHERE p.endpoint_id IS NOT NULL
 ), idle AS (
-    SELECT ep.id, coalesce(ep.max_in_flight, %(default_cap)s) AS cap
-      FROM {_ENDPOINT} ep JOIN parked p ON p.endpoint_id = ep.id
+    SELECT ep.id FROM {_ENDPOINT} ep JOIN parked p ON p.endpoint_id = ep.id
      WHERE ep.tripped_at IS NULL AND ep.enabled AND ep.deleted_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.endpoint_id = ep.id AND l.until > now())
        FOR NO KEY UPDATE OF ep SKIP LOCKED
 )
-UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
- WHERE id IN (SELECT picked.id FROM idle, LATERAL (
-                SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = idle.id AND d.parked_at IS NOT NULL
-                 ORDER BY d.id LIMIT idle.cap) picked)
-RETURNING id
+SELECT unnest(herald_endpoint_hand_on(idle.id, %(default_cap)s, 1000)) FROM idle
+"""
+
+# A worker's engine wakes a throttled endpoint when its next attempt may start: under the endpoint's
+# lock, the oldest parked delivery (if any) is handed on.
+_WAKE_SQL = f"""
+SELECT unnest(herald_endpoint_hand_on(ep.id, %(default_cap)s, 1000))
+  FROM (SELECT id FROM {_ENDPOINT} WHERE id = %(endpoint)s FOR NO KEY UPDATE) ep
 """
 
 
@@ -227,24 +229,46 @@ def _raw_connection():
         pool.putconn(raw)  # a broken connection is discarded and replaced by the pool
 
 
-def deliveries_claim(*, delivery_ids: list[str]) -> dict[str, Claim]:
-    """Take the leases of due deliveries, each within its endpoint's cap and breaker, in one call.
+@dataclass
+class Claims:
+    """What a batch of claims got: the leases taken, and when each throttled endpoint of the batch may
+    start its next attempt (someone must hand its parked deliveries on then)."""
 
-    A delivery missing from the answer has nothing to send now: not due, not pending, held by
-    another worker, parked (its endpoint is at its cap or tripped), or closed because its endpoint is
-    disabled or deleted. A duplicate task is harmless: the second claim finds the lease taken.
+    claims: dict[str, Claim]
+    wake_at: dict[str, datetime]
+
+
+def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
+    """Take the leases of due deliveries, each within its endpoint's rules, in one call.
+
+    A delivery missing from the claims has nothing to send now: not due, not pending, held by another
+    worker, parked (its endpoint is at its cap, tripped, throttled, or fifo with an older delivery
+    pending), or closed because its endpoint is disabled or deleted. A duplicate task is harmless:
+    the second claim finds the lease taken.
     """
     rows = _call(_CLAIM_MANY_SQL, {"ids": list(dict.fromkeys(delivery_ids)), "lease": settings.WEBHOOK_LEASE_SECONDS,
                                    "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
-    return {delivery_id: Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
-                               bytes(payload), req_id, url, list(secrets), probe=tripped, endpoint_healthy=healthy)
-            for (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id,
-                 url, tripped, healthy, secrets) in rows if go}
+    claims, wake_at = {}, {}
+    for (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
+         tripped, healthy, secrets, wake) in rows:
+        if go:
+            claims[delivery_id] = Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
+                                        bytes(payload), req_id, url, list(secrets), probe=tripped,
+                                        endpoint_healthy=healthy)
+        if wake is not None:
+            wake_at[endpoint_id] = min(wake, wake_at.get(endpoint_id, wake))
+    return Claims(claims, wake_at)
 
 
 def delivery_claim(*, delivery_id: str) -> Claim | None:
     """One delivery's claim (see `deliveries_claim`)."""
-    return deliveries_claim(delivery_ids=[delivery_id]).get(delivery_id)
+    return deliveries_claim(delivery_ids=[delivery_id]).claims.get(delivery_id)
+
+
+def endpoint_wake(*, endpoint_id: str) -> list[str]:
+    """Hand a throttled endpoint's parked deliveries on, as many as it may start now (see _WAKE_SQL)."""
+    return [row[0] for row in _call(_WAKE_SQL, {"endpoint": endpoint_id,
+                                                "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})]
 
 
 def attempt_headers(claim: Claim) -> dict[str, str]:
@@ -382,10 +406,10 @@ def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, 
             hand_on = 0
         else:
             hand_on = endpoint.cap if change.transition == breaker.RECOVERED else 1
+        if change.fields:  # first, so that the hand-on below sees the breaker as it now is
+            Endpoint.objects.filter(pk=claim.endpoint_id).update(**change.fields)
         cursor.execute(_RECORD_SQL, {**params, "fast": False, "hand_on": hand_on})
         _, moved, handed = cursor.fetchone()
-        if change.fields:
-            Endpoint.objects.filter(pk=claim.endpoint_id).update(**change.fields)
         if gone and endpoint.active:
             endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
         if notify:

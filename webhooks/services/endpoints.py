@@ -24,17 +24,11 @@ _FRESH_START = {"failing_since": None, "consecutive_failures": 0, "tripped_at": 
 _DELIVERY = Delivery._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
 
-# Parked deliveries of one endpoint go back into a queue, oldest first, as many as it has free slots
-# (its cap less the attempts in flight). The caller holds the endpoint's row lock, which every claim
-# and record of that endpoint takes too, so the count cannot change underneath.
-HAND_ON_SQL = f"""
-UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
- WHERE id IN (
-    SELECT id FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND parked_at IS NOT NULL ORDER BY id
-     LIMIT greatest(0, least(%(limit)s, %(cap)s - (
-        SELECT count(*) FROM {DeliveryLease._meta.db_table} WHERE endpoint_id = %(endpoint)s AND until > now()))))
-RETURNING id
-"""
+# Parked deliveries of one endpoint go back into a queue, oldest first, as many as the endpoint has
+# room for now (free slots, one for fifo, one if its throttle allows, none while tripped): see the
+# function in migrations/0007. The caller holds the endpoint's row lock, which every claim and record
+# of that endpoint takes too, so the room cannot change underneath.
+HAND_ON_SQL = "SELECT unnest(herald_endpoint_hand_on(%(endpoint)s, %(default_cap)s, %(limit)s))"
 
 
 class EndpointUrlRefused(ValueError):
@@ -60,17 +54,20 @@ def endpoint_max_in_flight(endpoint: Endpoint) -> int:
 
 @transaction.atomic
 def endpoint_create(*, tenant: Tenant, url: str, event_types: list[str], channels: list[str],
-                    description: str = "", max_in_flight: int | None = None) -> Endpoint:
+                    description: str = "", max_in_flight: int | None = None, throttle_rate: int | None = None,
+                    ordering: str = Endpoint.UNORDERED) -> Endpoint:
     """Create an endpoint with a fresh `whsec_` secret."""
     endpoint_url_check(url=url)
     endpoint = Endpoint.objects.create(tenant=tenant, url=url, event_types=event_types, channels=channels,
-                                       description=description, max_in_flight=max_in_flight)
+                                       description=description, max_in_flight=max_in_flight,
+                                       throttle_rate=throttle_rate, ordering=ordering)
     secret = EndpointSecret.objects.create(endpoint=endpoint, secret=generate_secret())
     endpoint.current_secret = secret.secret
     return endpoint
 
 
-UPDATABLE_FIELDS = ("url", "event_types", "channels", "description", "enabled", "max_in_flight")
+UPDATABLE_FIELDS = ("url", "event_types", "channels", "description", "enabled", "max_in_flight", "throttle_rate",
+                    "ordering")
 
 
 @transaction.atomic
@@ -79,7 +76,8 @@ def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
     failure mark or disable by a worker is never undone by a stale copy of the row.
 
     Re-enabling (or a new URL) starts the failure clock and the breaker afresh; disabling fails
-    what was waiting; a higher cap hands parked deliveries on at once.
+    what was waiting; a higher cap, a new throttle or a change of ordering hands parked deliveries on
+    at once (as many as the endpoint now has room for; the next claim applies the new rules).
     """
     unknown = set(changes) - set(UPDATABLE_FIELDS)
     if unknown:
@@ -94,21 +92,18 @@ def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
     Endpoint.objects.filter(pk=endpoint.pk, deleted_at__isnull=True).update(**fields, updated_at=timezone.now())
     if changes.get("enabled") is False:
         _fail_waiting(endpoint_id=endpoint.pk)
-    elif {"enabled", "url", "max_in_flight"} & set(changes):
-        endpoint.refresh_from_db()
+    elif {"enabled", "url", "max_in_flight", "throttle_rate", "ordering"} & set(changes):
         endpoint_hand_on(endpoint=endpoint)
     endpoint.refresh_from_db()
     return endpoint
 
 
-def endpoint_hand_on(*, endpoint: Endpoint, limit: int | None = None) -> list[str]:
-    """Send an endpoint's parked deliveries on, up to its free slots (`limit` at most); in a transaction
-    that holds the endpoint's row lock. A tripped or disabled endpoint hands nothing on."""
-    if endpoint.health_state != Endpoint.HEALTHY:
-        return []
-    cap = endpoint_max_in_flight(endpoint)
+def endpoint_hand_on(*, endpoint: Endpoint) -> list[str]:
+    """Send an endpoint's parked deliveries on, as many as it has room for now; in a transaction that
+    holds the endpoint's row lock. A tripped or disabled endpoint hands nothing on."""
     with connection.cursor() as cursor:
-        cursor.execute(HAND_ON_SQL, {"endpoint": endpoint.pk, "cap": cap, "limit": cap if limit is None else limit})
+        cursor.execute(HAND_ON_SQL, {"endpoint": endpoint.pk, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT,
+                                     "limit": 1000})
         ids = [row[0] for row in cursor.fetchall()]
     if ids:
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids, inline=True,

@@ -1,4 +1,4 @@
-"""The claim and the record of delivery attempts as PostgreSQL functions, single and batched.
+"""The claim and the record of delivery attempts, and the hand-on of parked ones, as PostgreSQL functions.
 
 Each call is one statement from the worker: one round trip, its own transaction, and plans that
 PostgreSQL caches for the session. Sent as multi-statement SQL instead, the server parsed and planned
@@ -17,12 +17,50 @@ attempt: no query of Herald's uses them.
 """
 from django.db import migrations
 
+HAND_ON = r"""
+CREATE OR REPLACE FUNCTION herald_endpoint_hand_on(p_endpoint varchar, p_default_cap integer, p_limit integer)
+RETURNS varchar[]
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_variable
+DECLARE
+    ep record;
+    v_room integer;
+    v_handed varchar[];
+BEGIN
+    -- The caller holds the endpoint's lock. Parked deliveries, oldest first, take the room the
+    -- endpoint has now: its free slots (one for fifo), one if its throttle lets an attempt start now,
+    -- none while it is tripped (its probe is beat's business) or disabled.
+    SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint;
+    IF NOT FOUND OR NOT ep.enabled OR ep.deleted_at IS NOT NULL OR ep.tripped_at IS NOT NULL THEN
+        RETURN ARRAY[]::varchar[];
+    END IF;
+    v_room := (CASE WHEN ep.ordering = 'fifo' THEN 1 ELSE coalesce(ep.max_in_flight, p_default_cap) END)
+              - (SELECT count(*) FROM webhooks_deliverylease l WHERE l.endpoint_id = p_endpoint AND l.until > now());
+    IF ep.throttle_rate IS NOT NULL THEN
+        v_room := CASE WHEN coalesce(ep.throttle_tat, now()) <= now() THEN least(v_room, 1) ELSE 0 END;
+    END IF;
+    v_room := least(v_room, p_limit);
+    IF v_room <= 0 THEN
+        RETURN ARRAY[]::varchar[];
+    END IF;
+    WITH handed AS (
+        UPDATE webhooks_delivery d SET parked_at = NULL, enqueued_at = now(), updated_at = now()
+         WHERE d.id IN (SELECT w.id FROM webhooks_delivery w
+                         WHERE w.endpoint_id = p_endpoint AND w.parked_at IS NOT NULL ORDER BY w.id LIMIT v_room)
+        RETURNING d.id
+    )
+    SELECT array_agg(handed.id) INTO v_handed FROM handed;
+    RETURN coalesce(v_handed, ARRAY[]::varchar[]);
+END
+$fn$;
+"""
+
 CLAIM = r"""
 CREATE OR REPLACE FUNCTION herald_delivery_claim(p_id varchar, p_lease double precision, p_default_cap integer,
                                                  p_locked boolean DEFAULT false)
 RETURNS TABLE (go boolean, number integer, lease_end timestamptz, event_id varchar, event_type varchar,
                payload bytea, request_id varchar, endpoint_id varchar, tenant_id varchar, url varchar,
-               tripped boolean, healthy boolean, secrets varchar[])
+               tripped boolean, healthy boolean, secrets varchar[], wake_at timestamptz)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_variable
 DECLARE
@@ -30,8 +68,10 @@ DECLARE
     v_attempts integer;
     v_event varchar;
     v_parked boolean;
+    v_fifo boolean;
     ep record;
     v_until timestamptz;
+    v_tat timestamptz;
 BEGIN
     SELECT d.endpoint_id INTO v_endpoint FROM webhooks_delivery d WHERE d.id = p_id;
     IF NOT FOUND THEN
@@ -59,13 +99,25 @@ BEGIN
          WHERE d.id = p_id;
         RETURN;
     END IF;
-    -- It may not go now (the endpoint is at its cap, or tripped and not due for its probe): parked,
-    -- with no attempt and no retry step used; the attempt that frees a slot hands it on.
+    -- It may not go now: parked, with no attempt and no retry step used, until a freed slot, the
+    -- breaker's probe or the throttle hands it on. It waits if the endpoint is tripped and not due
+    -- for its probe; if the endpoint is fifo and an older delivery of it is still pending (the head
+    -- goes first, and a failing head holds the rest); if the endpoint is at its cap (1 for fifo); or
+    -- if its throttle lets no attempt start yet (the caller is told when one may: wake_at).
+    v_fifo := ep.ordering = 'fifo';
     IF (ep.tripped_at IS NOT NULL AND ep.next_probe_at > now())
-       OR (SELECT count(*) FROM webhooks_deliverylease l
-            WHERE l.endpoint_id = v_endpoint AND l.until > now()) >= coalesce(ep.max_in_flight, p_default_cap) THEN
+       OR (v_fifo AND EXISTS (SELECT 1 FROM webhooks_delivery o
+                               WHERE o.endpoint_id = v_endpoint AND o.status = 'pending' AND o.id < p_id))
+       OR (SELECT count(*) FROM webhooks_deliverylease l WHERE l.endpoint_id = v_endpoint AND l.until > now())
+          >= (CASE WHEN v_fifo THEN 1 ELSE coalesce(ep.max_in_flight, p_default_cap) END)
+       OR (ep.throttle_rate IS NOT NULL AND ep.throttle_tat > now()) THEN
         UPDATE webhooks_delivery d SET parked_at = coalesce(d.parked_at, now()), enqueued_at = NULL, updated_at = now()
          WHERE d.id = p_id;
+        IF ep.throttle_rate IS NOT NULL AND ep.throttle_tat > now() THEN
+            RETURN QUERY SELECT false, NULL::integer, NULL::timestamptz, NULL::varchar, NULL::varchar, NULL::bytea,
+                                NULL::varchar, v_endpoint, NULL::varchar, NULL::varchar, NULL::boolean, NULL::boolean,
+                                NULL::varchar[], ep.throttle_tat;
+        END IF;
         RETURN;
     END IF;
     INSERT INTO webhooks_deliverylease AS l (delivery_id, endpoint_id, until)
@@ -80,8 +132,16 @@ BEGIN
         UPDATE webhooks_delivery d SET parked_at = NULL, updated_at = now() WHERE d.id = p_id;
     END IF;
     -- A tripped endpoint's one probe: no other attempt until this one's lease ends or it is recorded.
-    IF ep.tripped_at IS NOT NULL THEN
-        UPDATE webhooks_endpoint e SET next_probe_at = v_until WHERE e.id = v_endpoint;
+    -- A throttled endpoint's next attempt may start one interval later (strict pacing: never more
+    -- than throttle_rate attempts in any one-second window).
+    IF ep.throttle_rate IS NOT NULL THEN
+        v_tat := greatest(coalesce(ep.throttle_tat, now()), now()) + make_interval(secs => 1.0 / ep.throttle_rate);
+    END IF;
+    IF ep.tripped_at IS NOT NULL OR ep.throttle_rate IS NOT NULL THEN
+        UPDATE webhooks_endpoint e
+           SET next_probe_at = CASE WHEN ep.tripped_at IS NOT NULL THEN v_until ELSE e.next_probe_at END,
+               throttle_tat = coalesce(v_tat, e.throttle_tat)
+         WHERE e.id = v_endpoint;
     END IF;
     -- The attempt number is the next after those recorded, so a claim whose worker died costs no
     -- retry step.
@@ -91,7 +151,8 @@ BEGIN
            ep.tripped_at IS NULL AND ep.consecutive_failures = 0 AND ep.failing_since IS NULL,
            ARRAY(SELECT s.secret FROM webhooks_endpointsecret s
                   WHERE s.endpoint_id = v_endpoint AND (s.expires_at IS NULL OR s.expires_at > now())
-                  ORDER BY s.created_at DESC, s.id DESC)
+                  ORDER BY s.created_at DESC, s.id DESC),
+           v_tat
       FROM webhooks_event e WHERE e.id = v_event;
 END
 $fn$;
@@ -109,7 +170,6 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     ep record;
     v_moved boolean := false;
-    v_handed varchar[];
 BEGIN
     IF p_locked THEN
         SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint;
@@ -138,18 +198,8 @@ BEGIN
          WHERE d.id = p_id AND d.status = 'pending';
         v_moved := FOUND;
     END IF;
-    -- Up to p_hand_on parked deliveries of the endpoint, oldest first, take the slots now free.
-    WITH handed AS (
-        UPDATE webhooks_delivery d SET parked_at = NULL, enqueued_at = now(), updated_at = now()
-         WHERE d.id IN (
-            SELECT w.id FROM webhooks_delivery w WHERE w.endpoint_id = p_endpoint AND w.parked_at IS NOT NULL
-             ORDER BY w.id
-             LIMIT greatest(0, least(p_hand_on, coalesce(ep.max_in_flight, p_default_cap) - (
-                SELECT count(*) FROM webhooks_deliverylease l WHERE l.endpoint_id = p_endpoint AND l.until > now()))))
-        RETURNING d.id
-    )
-    SELECT array_agg(handed.id) INTO v_handed FROM handed;
-    RETURN QUERY SELECT true, v_moved, coalesce(v_handed, ARRAY[]::varchar[]);
+    -- Up to p_hand_on parked deliveries take the room the endpoint has now.
+    RETURN QUERY SELECT true, v_moved, herald_endpoint_hand_on(p_endpoint, p_default_cap, p_hand_on);
 END
 $fn$;
 """
@@ -159,7 +209,7 @@ CREATE OR REPLACE FUNCTION herald_delivery_claim_many(p_ids varchar[], p_lease d
                                                       p_default_cap integer)
 RETURNS TABLE (delivery_id varchar, go boolean, number integer, lease_end timestamptz, event_id varchar,
                event_type varchar, payload bytea, request_id varchar, endpoint_id varchar, tenant_id varchar,
-               url varchar, tripped boolean, healthy boolean, secrets varchar[])
+               url varchar, tripped boolean, healthy boolean, secrets varchar[], wake_at timestamptz)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_variable
 DECLARE
@@ -214,15 +264,17 @@ END $$;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("webhooks", "0005_delivery_engine"),
+        ("webhooks", "0006_ordering_and_throttle"),
     ]
 
+    # Each function goes as one statement (a list), not through Django's splitting on semicolons.
     operations = [
-        migrations.RunSQL(CLAIM, "DROP FUNCTION herald_delivery_claim(varchar, double precision, integer, boolean)"),
-        migrations.RunSQL(RECORD, "DROP FUNCTION herald_delivery_record(varchar, integer, timestamptz, integer, "
+        migrations.RunSQL([HAND_ON], "DROP FUNCTION herald_endpoint_hand_on(varchar, integer, integer)"),
+        migrations.RunSQL([CLAIM], "DROP FUNCTION herald_delivery_claim(varchar, double precision, integer, boolean)"),
+        migrations.RunSQL([RECORD], "DROP FUNCTION herald_delivery_record(varchar, integer, timestamptz, integer, "
                                   "integer, text, varchar, varchar, timestamptz, timestamptz, varchar, integer, "
                                   "boolean, integer, boolean)"),
-        migrations.RunSQL(CLAIM_MANY, "DROP FUNCTION herald_delivery_claim_many(varchar[], double precision, integer)"),
-        migrations.RunSQL(RECORD_MANY, "DROP FUNCTION herald_delivery_record_many(jsonb, integer)"),
-        migrations.RunSQL(DROP_LIKE_INDEXES, migrations.RunSQL.noop),
+        migrations.RunSQL([CLAIM_MANY], "DROP FUNCTION herald_delivery_claim_many(varchar[], double precision, integer)"),
+        migrations.RunSQL([RECORD_MANY], "DROP FUNCTION herald_delivery_record_many(jsonb, integer)"),
+        migrations.RunSQL([DROP_LIKE_INDEXES], migrations.RunSQL.noop),
     ]

@@ -1,0 +1,143 @@
+"""Per-endpoint ordering (fifo) and throttling, in-process through an Engine and through real workers."""
+import time
+
+import pytest
+
+from tests.conftest import all_succeeded, create_endpoint, wait_until
+from tests.processes import celery_beat, celery_worker
+from tests.receiver import Answer
+from webhooks.engine import Engine
+from webhooks.models import Delivery, DeliveryAttempt
+from webhooks.services.delivery import deliveries_dispatch_due
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def engine():
+    instance = Engine(concurrency=50)
+    yield instance
+    assert instance.drain(15), "the engine still held deliveries at the end of the test"
+
+
+def _post(api, event_type, count):
+    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
+            for n in range(count)]
+
+
+def _event_order(ids):
+    return list(Delivery.objects.filter(pk__in=ids).order_by("id").values_list("event_id", flat=True))
+
+
+def _first_successes(receiver, path):
+    """webhook-ids in the order of their first 2xx at the receiver."""
+    seen = []
+    for request in receiver.requests_to(path):
+        if request.headers["webhook-id"] not in seen and request.answered_ok:
+            seen.append(request.headers["webhook-id"])
+    return seen
+
+
+def _max_per_second(times):
+    times = sorted(times)
+    return max((sum(1 for t in times if start <= t < start + 1.0) for start in times), default=0)
+
+
+def test_a_fifo_endpoint_receives_one_at_a_time_in_event_order(api, receiver, engine):
+    create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo", max_in_flight=50)
+    ids = _post(api, "fifo.happened", 8)
+    receiver.script("/fifo", *[Answer(delay=0.05)] * 8)
+    for delivery_id in reversed(ids):  # handed over newest first, in one batch: order is the endpoint's job
+        engine.submit(delivery_id)
+    assert engine.drain(15)
+    assert all_succeeded(ids)
+    assert [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")] == _event_order(ids)
+    assert receiver.path_max_in_flight["/fifo"] == 1
+
+
+def test_a_failing_head_holds_the_rest_until_its_retry_succeeds(api, receiver, engine):
+    create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo")
+    ids = _post(api, "fifo.happened", 5)
+    receiver.script("/fifo", 500)  # the head's first attempt; everything else answers 200
+    for delivery_id in ids:
+        engine.submit(delivery_id)
+    assert engine.drain(15)
+    # the head failed and waits for its retry (1 s in tests); the others are parked behind it
+    assert [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")] == _event_order(ids)[:1]
+    assert Delivery.objects.filter(pk__in=ids[1:], parked_at__isnull=False).count() == 4
+    time.sleep(1.1)
+    for delivery_id in deliveries_dispatch_due():  # what beat does: the head's retry has come due
+        engine.submit(delivery_id)
+    assert engine.drain(15)
+    assert all_succeeded(ids)
+    arrivals = [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")]
+    assert arrivals == _event_order(ids[:1]) + _event_order(ids)
+    assert DeliveryAttempt.objects.get(delivery_id=ids[1]).number == 1  # waiting used up no retry step
+
+
+def test_a_manual_retry_of_an_earlier_delivery_goes_next_and_reorders_nothing_delivered(api, receiver, engine):
+    create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo")
+    ids = _post(api, "fifo.happened", 3)
+    for delivery_id in ids:
+        engine.submit(delivery_id)
+    assert engine.drain(15) and all_succeeded(ids)
+    retried = api.post(f"deliveries/{ids[0]}/retry").json()
+    assert retried["status"] == "pending"
+    later = _post(api, "fifo.happened", 1)
+    for delivery_id in later + [ids[0]]:  # the new event's task may well run first
+        engine.submit(delivery_id)
+    assert engine.drain(15)
+    arrivals = [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")]
+    assert arrivals == _event_order(ids) + _event_order(ids[:1]) + _event_order(later)
+
+
+def test_switching_to_fifo_applies_from_the_next_claim(api, receiver, engine):
+    endpoint = create_endpoint(api, receiver.url("/switch"), event_types=["switch.*"])
+    assert endpoint["ordering"] == "unordered"
+    assert api.patch(f"endpoints/{endpoint['id']}", {"ordering": "fifo"}).json()["ordering"] == "fifo"
+    ids = _post(api, "switch.happened", 6)
+    receiver.script("/switch", *[Answer(delay=0.05)] * 6)
+    for delivery_id in ids:
+        engine.submit(delivery_id)
+    assert engine.drain(15)
+    assert receiver.path_max_in_flight["/switch"] == 1
+    assert [r.headers["webhook-id"] for r in receiver.requests_to("/switch")] == _event_order(ids)
+
+
+def test_a_throttled_endpoint_starts_no_more_than_its_rate_and_holds_back_no_other(api, receiver, engine):
+    create_endpoint(api, receiver.url("/slowly"), event_types=["slowly.*"], throttle_rate=10)
+    create_endpoint(api, receiver.url("/freely"), event_types=["freely.*"])
+    throttled = _post(api, "slowly.happened", 25)
+    free = _post(api, "freely.happened", 20)
+    started = time.monotonic()
+    for delivery_id in throttled + free:
+        engine.submit(delivery_id)
+    wait_until(lambda: all_succeeded(free), timeout=5)
+    free_done = time.monotonic() - started
+    # parked deliveries hold no slot of the engine: it wakes the endpoint when the next one may start
+    wait_until(lambda: all_succeeded(throttled), timeout=10, interval=0.02)
+    elapsed = time.monotonic() - started
+    assert free_done < 1.0, f"an unthrottled endpoint waited {free_done:.1f}s"
+    assert 2.3 <= elapsed < 4.0, f"25 attempts at 10/s took {elapsed:.1f}s"
+    starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=throttled)]
+    assert _max_per_second(starts) <= 10  # as Herald started them
+    assert _max_per_second([r.at for r in receiver.requests_to("/slowly")]) <= 11  # as they arrived
+
+
+@pytest.mark.slow
+def test_fifo_order_and_throttle_hold_across_two_workers(api, receiver, processes):
+    processes(celery_worker("left", concurrency=None))
+    processes(celery_worker("right", concurrency=None))
+    processes(celery_beat())
+    create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo")
+    create_endpoint(api, receiver.url("/paced"), event_types=["paced.*"], throttle_rate=10)
+    # the 10th, 11th and 12th requests to the fifo endpoint fail: its head holds the rest until they pass
+    receiver.script("/fifo", *[200] * 9, 500, 500, 500)
+    fifo = _post(api, "fifo.happened", 40)
+    paced = _post(api, "paced.happened", 40)
+    wait_until(lambda: all_succeeded(fifo + paced), timeout=60, message="fifo and paced deliveries")
+    assert _first_successes(receiver, "/fifo") == _event_order(fifo)
+    assert receiver.path_max_in_flight["/fifo"] == 1
+    arrivals = [r.at for r in receiver.requests_to("/paced")]
+    assert _max_per_second(arrivals) <= 11
+    assert max(arrivals) - min(arrivals) >= 3.8  # 40 at 10/s
