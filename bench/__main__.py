@@ -151,14 +151,17 @@ class Bench:
                             channels=[], **options)
         return credential.tenant, token
 
-    def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = ()) -> dict:
-        """Start `celery -A config worker` (as the README does; `argv` adds flags) on a pre-filled queue;
-        deliveries/s from the receiver's first to last arrival, the most attempts in flight, the
-        PostgreSQL connections and the CPU the worker used."""
+    def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = (),
+              workers: int = 1, beat: bool = False, keep_stats: bool = False, **env) -> dict:
+        """Start `celery -A config worker` (as the README does; `argv` adds flags, `env` settings) on a
+        pre-filled queue; deliveries/s from the receiver's first to last arrival, the most attempts in
+        flight, the PostgreSQL connections and the CPU the workers used (and the receiver's `stats`)."""
         self.reset_receiver()
         with stack.ConnectionSampler("herald-worker") as connections:
-            proc = stack.worker(name, *argv)
-            cpu_at_start = proc.cpu_seconds()
+            procs = [stack.worker(f"{name}{n}", *argv, **env) for n in range(workers)]
+            if beat:
+                procs.append(stack.beat(**env))
+            cpu_at_start = sum(proc.cpu_seconds() for proc in procs[:workers])
             try:
                 deadline = time.monotonic() + timeout
                 while self.receiver_stats()["count"] < expected:
@@ -166,15 +169,16 @@ class Bench:
                         raise RuntimeError(f"only {self.receiver_stats()['count']}/{expected} delivered")
                     time.sleep(0.1)
                 stats = self.receiver_stats()
-                peak = proc.peak_rss_mb()
-                cpu = proc.cpu_seconds() - cpu_at_start
+                peak = procs[0].peak_rss_mb()
+                cpu = sum(proc.cpu_seconds() for proc in procs[:workers]) - cpu_at_start
             finally:
-                proc.stop()
+                for proc in reversed(procs):
+                    proc.stop()
         span = stats["last"] - stats["first"]
         return {"deliveries": expected, "seconds": span, "per_second": (stats["count"] - 1) / span if span else 0,
                 "peak_in_flight": max(stats["peak_in_flight"].values(), default=0),
                 "db_connections_peak": connections.peak, "worker_peak_rss_mb": round(max(peak.values()), 1),
-                "worker_cpu_ms": cpu / expected * 1000}
+                "worker_cpu_ms": cpu / expected * 1000, **({"stats": stats} if keep_stats else {})}
 
     def delivery(self):
         """A fast local receiver: Herald against a bare Celery task, same worker command on both sides.
@@ -208,6 +212,57 @@ class Bench:
               f"ratio {row['ratio']:.2f} (runs {row['runs']}); at the default cap of 10: "
               f"{default_cap['per_second']:.0f}/s", flush=True)
         self.results["delivery"] = [row]
+
+    def ordering(self):
+        """fifo: the rate one endpoint keeps to a fast receiver, and event order kept by two workers while
+        its head fails three times (the schedule shortened to 1 s steps so the run stays short)."""
+        from webhooks.models import Delivery
+
+        count = 200 if self.quick else 500
+        tenant, _ = self.tenant_with_endpoints("fifo-rate", ["/fifo"], ordering="fifo")
+        self.make_deliveries(tenant, count)
+        rate = self.drain(count, "fifo", workers=2)
+        tenant, _ = self.tenant_with_endpoints("fifo-order", ["/failat/10,11,12/fifo"], ordering="fifo")
+        ids = self.make_deliveries(tenant, count)
+        order = self.drain(count + 3, "fifo-order", workers=2, beat=True, keep_stats=True,
+                           WEBHOOK_RETRY_SCHEDULE="1,1,1,1", WEBHOOK_RETRY_JITTER="0",
+                           WEBHOOK_DISPATCH_INTERVAL_SECONDS="0.5")
+        events = list(Delivery.objects.filter(pk__in=ids).order_by("id").values_list("event_id", flat=True))
+        arrived = order["stats"]["first_ok"]["/failat/10,11,12"]
+        self.results["ordering"] = {
+            "deliveries": count, "per_second": rate["per_second"], "peak_in_flight": rate["peak_in_flight"],
+            "in_event_order": arrived == events, "failed_requests": [10, 11, 12],
+            "seconds_with_failing_head": order["seconds"]}
+        print(f"fifo: {rate['per_second']:.0f} deliveries/s to a fast receiver ({rate['peak_in_flight']} in flight); "
+              f"with requests 10-12 failing, first successes in event order: {arrived == events} "
+              f"({order['seconds']:.1f}s)", flush=True)
+        self.cancel_backlog()
+
+    def throttle(self):
+        """throttle_rate 20 with 400 deliveries over two workers; an unthrottled endpoint beside it."""
+        count = 200 if self.quick else 400
+        tenant, _ = self.tenant_with_endpoints("free-alone", ["/free"])
+        self.make_deliveries(tenant, count)
+        alone = self.drain(count, "free", workers=2)
+        from webhooks.services.endpoints import endpoint_create
+
+        tenant, _ = self.tenant_with_endpoints("throttle", [])
+        endpoint_create(tenant=tenant, url=f"{self.receiver.url}/delay/0/paced", event_types=["paced.*"], channels=[],
+                        throttle_rate=20)
+        endpoint_create(tenant=tenant, url=f"{self.receiver.url}/free", event_types=["free.*"], channels=[])
+        self.make_deliveries(tenant, count, event_type="paced.happened")
+        self.make_deliveries(tenant, count, event_type="free.happened")
+        both = self.drain(2 * count, "throttle", workers=2, keep_stats=True)
+        paced = sorted(both["stats"]["arrivals"]["/delay/0"])
+        free = sorted(both["stats"]["arrivals"]["/"])
+        window = max(sum(1 for t in paced if start <= t < start + 1) for start in paced)
+        result = {"deliveries": count, "rate": 20, "max_in_one_second": window, "seconds": paced[-1] - paced[0],
+                  "free_seconds_alone": alone["seconds"], "free_seconds_beside": free[-1] - free[0]}
+        self.results["throttle"] = result
+        print(f"throttle 20/s: {count} deliveries in {result['seconds']:.1f}s, at most {window} in any second; "
+              f"unthrottled endpoint {result['free_seconds_beside']:.2f}s beside it, "
+              f"{result['free_seconds_alone']:.2f}s alone", flush=True)
+        self.cancel_backlog()
 
     def pools(self):
         """How Celery pools overlap network waits: the bare POST task against 200 ms receivers, per pool."""
@@ -414,8 +469,8 @@ class Bench:
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "slow_receivers", "noisy_neighbour", "pools", "end_to_end", "fan_out",
-                         "prune", "memory"):
+            for name in ("intake", "delivery", "slow_receivers", "noisy_neighbour", "ordering", "throttle", "pools",
+                         "end_to_end", "fan_out", "prune", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -447,8 +502,8 @@ def main():
         raise SystemExit("bench: wrk drives the intake load; install it first: sudo apt-get install wrk")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,noisy_neighbour,pools,"
-                                       "end_to_end,fan_out,prune,memory")
+    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,noisy_neighbour,ordering,"
+                                       "throttle,pools,end_to_end,fan_out,prune,memory")
     args = parser.parse_args()
     Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
 

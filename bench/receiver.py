@@ -3,10 +3,13 @@
 `python -m bench.receiver PORT`. Paths:
 - `/delay/<ms>/...`: answers 200 after that many milliseconds (an ordinary receiver doing some work);
 - `/hang/...`: never answers; the request ends when the sender gives up and closes the connection;
+- `/failat/<n>,<m>,.../...`: answers 500 to the n-th, m-th... request to that path, 200 at once otherwise;
 - anything else: answers 200 at once (keep-alive, one write per answer, TCP_NODELAY).
 
 `GET /stats` returns {"count": N, "received": {webhook-id: first arrival}, "first": t, "last": t,
-"peak_in_flight": {group: n}} where a group is the first two path segments (`/delay/200`, `/hang`).
+"peak_in_flight": {group: n}, "arrivals": {group: [t, ...]}, "first_ok": {group: [webhook-id, ...]}}
+where a group is the first two path segments (`/delay/200`, `/hang`, `/failat/10,11,12`) or `/` and
+first_ok lists webhook-ids in the order of their first 200.
 A request counts as in flight from its arrival until its answer is decided or its sender hangs up.
 """
 import http.server
@@ -22,13 +25,17 @@ arrivals: list[float] = []  # every request
 count = 0
 in_flight: dict[str, int] = defaultdict(int)
 peak_in_flight: dict[str, int] = defaultdict(int)
+group_arrivals: dict[str, list[float]] = defaultdict(list)
+first_ok: dict[str, list[str]] = defaultdict(list)
+answered_ok: set[tuple[str, str]] = set()
+path_counts: dict[str, int] = defaultdict(int)
 lock = threading.Lock()
 HANG_LIMIT = 120.0
 
 
 def _group(path: str) -> str:
     parts = path.split("/")
-    return "/".join(parts[:3]) if len(parts) > 2 and parts[1] in ("delay", "hang") else "/"
+    return "/".join(parts[:3]) if len(parts) > 2 and parts[1] in ("delay", "hang", "failat") else "/"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -47,6 +54,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             received.setdefault(msg_id, now)
             in_flight[group] += 1
             peak_in_flight[group] = max(peak_in_flight[group], in_flight[group])
+            group_arrivals[group].append(now)
+            path_counts[self.path] += 1
+            status = 200
+            if group.startswith("/failat/") and str(path_counts[self.path]) in group.split("/")[2].split(","):
+                status = 500
+            if status == 200 and not group.startswith("/hang") and (group, msg_id) not in answered_ok:
+                answered_ok.add((group, msg_id))
+                first_ok[group].append(msg_id)
         try:
             if group.startswith("/hang"):
                 # Readable means the sender closed the connection (it timed out): stop counting it.
@@ -58,12 +73,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with lock:
                 in_flight[group] -= 1
-        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if status == 500:
+            self.wfile.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom")
+        else:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     def do_GET(self):
         with lock:
             body = json.dumps({"count": count, "received": received, "first": min(arrivals, default=0),
-                               "last": max(arrivals, default=0), "peak_in_flight": peak_in_flight}).encode()
+                               "last": max(arrivals, default=0), "peak_in_flight": peak_in_flight,
+                               "arrivals": group_arrivals, "first_ok": first_ok}).encode()
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\n\r\n" + body)
 
@@ -72,6 +91,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             received.clear()
             arrivals.clear()
+            group_arrivals.clear()
+            first_ok.clear()
+            answered_ok.clear()
+            path_counts.clear()
             peak_in_flight.clear()
             peak_in_flight.update({group: n for group, n in in_flight.items() if n})
             count = 0

@@ -8,6 +8,10 @@ TARGETS = {
     "delivery": ("delivery vs Celery floor, fast receiver (1 worker, 100 threads)", ">= 0.80x"),
     "slow_receivers": ("deliveries/s, 10 endpoints answering after 200 ms (1 worker)", ">= 250"),
     "noisy_neighbour": ("healthy endpoint p99 beside a hanging one", "<= 1000 ms"),
+    "fifo_rate": ("fifo endpoint, fast receiver, two workers: deliveries/s", ">= 100"),
+    "fifo_order": ("fifo: first successes in event order (head fails 3 times)", "yes"),
+    "throttle_window": ("throttle 20/s: most attempts in any second", "<= 21"),
+    "throttle_total": ("throttle 20/s: 400 deliveries over two workers", "<= 22 s"),
     "e2e_idle_p50": ("end-to-end p50, idle queue", "<= 50 ms"),
     "fanout_100_p99": ("fan-out to 100 endpoints: intake p99", "<= 100 ms"),
     "prune_rate": ("prune rows/s", ">= 100,000"),
@@ -37,6 +41,15 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
     if "noisy_neighbour" in results:
         p99 = results["noisy_neighbour"]["p99_ms"]
         rows.append((*TARGETS["noisy_neighbour"], f"{p99:.1f} ms", p99 <= 1000))
+    if "ordering" in results:
+        o = results["ordering"]
+        rows.append((*TARGETS["fifo_rate"], f"{o['per_second']:.0f}", o["per_second"] >= 100))
+        rows.append((*TARGETS["fifo_order"], "yes" if o["in_event_order"] else "no", o["in_event_order"]))
+    if "throttle" in results:
+        t = results["throttle"]
+        rows.append((*TARGETS["throttle_window"], str(t["max_in_one_second"]), t["max_in_one_second"] <= 21))
+        rows.append((*TARGETS["throttle_total"], f"{t['seconds']:.1f} s ({t['deliveries']})",
+                     t["deliveries"] >= 400 and t["seconds"] <= 22))
     if "end_to_end" in results:
         p50 = results["end_to_end"]["idle"]["p50_ms"]
         rows.append((*TARGETS["e2e_idle_p50"], f"{p50:.1f} ms", p50 <= 50))
@@ -91,6 +104,17 @@ def markdown(results: dict) -> str:
                       f"endpoint of the same tenant got {r['events']} events at 10/s: post-to-arrival p50 "
                       f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms; the hanging endpoint "
                       f"had at most {r['hanging_peak_in_flight']} attempts in flight (its cap: 10)."]
+    if "throttle" in results:
+        t = results["throttle"]
+        lines += ["", f"Throttle: {t['deliveries']} deliveries to an endpoint with throttle_rate {t['rate']} over two "
+                      f"workers took {t['seconds']:.1f} s with at most {t['max_in_one_second']} in any second at the "
+                      f"receiver; an unthrottled endpoint of the same tenant drained its {t['deliveries']} in "
+                      f"{t['free_seconds_beside']:.2f} s beside it ({t['free_seconds_alone']:.2f} s alone)."]
+    if "ordering" in results:
+        o = results["ordering"]
+        lines += ["", f"fifo: {o['per_second']:.0f} deliveries/s to a fast receiver over two workers (each waits for "
+                      f"the previous one's round trip); with the 10th-12th requests failing, the first successes were "
+                      f"{'in' if o['in_event_order'] else 'NOT in'} event order."]
     if "pools" in results:
         lines += ["", "Celery pools, the bare POST task against receivers answering after 200 ms:", "",
                   "| pool | POSTs/s | worker CPU per POST |", "|---|---|---|"]

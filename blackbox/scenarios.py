@@ -637,7 +637,7 @@ def db_restart(ctx: Context) -> Result:
 def flapping(ctx: Context) -> Result:
     profile = ctx.profile
     n = profile.flap_events
-    result = Result("flapping", load=f"{n} events → 3 flapping receivers + 1 event → 410")
+    result = Result("flapping", load=f"{n} events → 3 flapping receivers + a fifo one + 1 event → 410")
     tenant = ctx.tenant("flap")
     behaviours = {
         "flapa": Flapping(timeout=TIMEOUT_SECONDS, label="balanced"),
@@ -646,17 +646,23 @@ def flapping(ctx: Context) -> Result:
         "flapc": Flapping(timeout=TIMEOUT_SECONDS, ok=0.25, e500=0.1, e503=0.1, hang=0.35, slow=0.2,
                           label="hang-heavy"),
         "gone": Gone(),
+        # fifo: one at a time in event order, whatever the receiver does to each attempt
+        "fifo": Flapping(timeout=TIMEOUT_SECONDS, ok=0.6, e500=0.2, e503=0.1, hang=0.0, slow=0.1, label="fifo"),
     }
     receivers: dict[str, Receiver] = {}
     endpoint_of: dict[str, str] = {}
     for index, (prefix, behaviour) in enumerate(behaviours.items()):
         receiver = receivers[prefix] = ctx.receivers.new(prefix, behaviour, seed=ctx.seed * 100 + index)
-        endpoint_of[ctx.endpoint(tenant, receiver, [f"{prefix}.*"])["id"]] = prefix
+        options = {"ordering": "fifo"} if prefix == "fifo" else {}
+        endpoint_of[ctx.endpoint(tenant, receiver, [f"{prefix}.*"], **options)["id"]] = prefix
     bodies = {}
     prefixes = ["flapa", "flapb", "flapc"]
     for i in range(n):
         key = f"flap-{ctx.run_id}-{i:05d}"
         bodies[key] = event_body(prefixes[i % 3], key, i)
+    for i in range(max(1, n // 3)):
+        key = f"fifo-{ctx.run_id}-{i:05d}"
+        bodies[key] = event_body("fifo", key, i)
     gone_key = f"gone-{ctx.run_id}-00000"
     bodies[gone_key] = event_body("gone", gone_key, 0)
     load = Load(tenant.api, bodies, clients=8, budget=60).start()
@@ -711,6 +717,22 @@ def flapping(ctx: Context) -> Result:
             result.problem(f"410 delivery ended {delivery['status']} after {delivery['attempt_count']} attempts")
         if ctx.db.endpoint_enabled(delivery["endpoint_id"]):
             result.problem("the endpoint that answered 410 is still enabled")
+    fifo_id = next(endpoint for endpoint, prefix in endpoint_of.items() if prefix == "fifo")
+    in_order = [d["event_id"] for d in sorted(deliveries.values(), key=lambda d: d["id"])
+                if d["endpoint_id"] == fifo_id]
+    sent: list[str] = []
+    for hit in sorted(receivers["fifo"].snapshot(), key=lambda h: h.arrived):
+        if not sent or sent[-1] != hit.webhook_id:
+            sent.append(hit.webhook_id)
+    if sent != in_order:
+        result.problem(f"the fifo endpoint received its webhooks out of event order or interleaved: "
+                       f"{len(sent)} runs for {len(in_order)} events")
+        result.details["fifo_sent"], result.details["fifo_event_order"] = sent, in_order
+    fifo_peak = checks.max_overlap(ctx.db.attempt_intervals(fifo_id))
+    if fifo_peak > 1:
+        result.problem(f"the fifo endpoint had {fifo_peak} attempts in flight at once")
+    result.notes.append(f"fifo endpoint: {len(in_order)} webhooks in event order, one at a time, through "
+                        f"{len(receivers['fifo'].snapshot())} requests")
     kinds = Counter(h.plan.kind for r in receivers.values() for h in r.snapshot())
     result.details["answers_given"] = dict(kinds)
     result.details["outcomes"] = {f"{p}:{s}": c for (p, s), c in sorted(outcome.items())}
