@@ -5,10 +5,12 @@ lost or duplicated Celery message can neither lose a delivery nor send it twice 
 
 Every claim and every record of an endpoint's delivery first takes that endpoint's row lock (`FOR NO
 KEY UPDATE`, which intake's foreign-key checks do not wait for). Under it the claim counts the live
-leases against the endpoint's cap and reads its breaker; a delivery that may not go now is *parked*:
-no attempt, no retry step, no worker held. The record, under the same lock, releases the lease and
-hands the oldest parked delivery on into the queue. Because both sides hold the lock, a delivery can
-never park just after the last attempt in flight looked for someone to hand its slot to.
+leases against the endpoint's cap and reads its breaker, ordering and throttle; a delivery that may
+not go now is *parked*: no attempt, no retry step, no worker held. The record, under the same lock,
+releases the lease and hands the oldest parked delivery on (to the worker's engine, or else into the
+queue). Because both sides hold the lock, a delivery can never park just after the last attempt in
+flight looked for someone to hand its slot to. The claim and the record are PL/pgSQL functions:
+migrations/0007_claim_and_record_functions.py has them and their rules.
 """
 import contextlib
 import functools
@@ -19,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import breaker, event_types, metrics, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event
+from webhooks.models import Delivery, DeliveryLease, Endpoint
 from webhooks.publishing import broker_backlog, deliveries_enqueue
 from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
@@ -34,10 +36,7 @@ from webhooks.services.events import event_emit_operational
 logger = logging.getLogger("herald.delivery")
 
 _DELIVERY = Delivery._meta.db_table
-_ATTEMPT = DeliveryAttempt._meta.db_table
-_EVENT = Event._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
-_SECRET = EndpointSecret._meta.db_table
 _LEASE = DeliveryLease._meta.db_table
 
 # The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
@@ -49,7 +48,7 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
  WHERE ep.id = %(endpoint)s
    FOR NO KEY UPDATE
 """
-# The functions are defined, and their rules explained, in migrations/0006_claim_and_record_functions.py.
+# The functions are defined, and their rules explained, in migrations/0007_claim_and_record_functions.py.
 _CLAIM_MANY_SQL = "SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)"
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
 # The slow path records under the endpoint lock it already holds, in its own transaction.
