@@ -132,6 +132,16 @@ def processes():
         process.stop()
 
 
+@pytest.fixture
+def engine():
+    """A worker's delivery engine (webhooks/engine.py) running in this process; empty when the test ends."""
+    from webhooks.engine import Engine
+
+    instance = Engine(concurrency=50)
+    yield instance
+    assert instance.drain(15), "the engine still held deliveries at the end of the test"
+
+
 def create_endpoint(api, url: str, **extra) -> dict:
     """POST /api/v1/endpoints through `api`; the created endpoint (fails the test on anything but 201)."""
     response = api.post("endpoints", {"url": url, **extra})

@@ -12,17 +12,9 @@ from django.db import connection
 
 from tests.processes import celery_worker
 from tests.receiver import Answer
-from webhooks.engine import Engine
 from webhooks.models import Delivery, DeliveryAttempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def engine():
-    instance = Engine(concurrency=50)
-    yield instance
-    assert instance.drain(10), "the engine still held deliveries at the end of the test"
 
 
 def _deliveries(api, url, count, **endpoint):

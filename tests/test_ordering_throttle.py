@@ -6,18 +6,10 @@ import pytest
 from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
-from webhooks.engine import Engine
 from webhooks.models import Delivery, DeliveryAttempt
 from webhooks.services.delivery import deliveries_dispatch_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def engine():
-    instance = Engine(concurrency=50)
-    yield instance
-    assert instance.drain(15), "the engine still held deliveries at the end of the test"
 
 
 def _post(api, event_type, count):
