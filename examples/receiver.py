@@ -42,6 +42,7 @@ def print_event(webhook_id: str, payload: dict) -> None:
 
 class WebhookServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a Herald worker may open up to an endpoint's max_in_flight connections at once
 
     def __init__(self, address: tuple[str, int], secret: str, on_event: EventHandler):
         self.webhook = Webhook(secret)

@@ -69,6 +69,7 @@ def _start_receiver(respond: Callable[[Call, Receiver], Reply]) -> tuple[Receive
 
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True
+        request_queue_size = 128  # the default 5 makes a burst of connections wait for SYN retries
 
         def handle_error(self, request: object, client_address: object) -> None:
             pass  # the client hanging up on a slow handler is expected
