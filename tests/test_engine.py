@@ -85,6 +85,17 @@ def test_timeouts_errors_and_private_addresses_on_the_multi_handle(api, receiver
     assert (retry - attempts[throttled].started_at).total_seconds() > 6
 
 
+def test_only_4_kib_of_an_answer_is_kept_on_the_multi_handle(api, receiver, engine):
+    ids = _deliveries(api, receiver.url("/big"), 2)
+    receiver.script("/big", Answer(body=b"x" * 100_000), Answer(body=b"y" * 10))
+    for delivery_id in ids:
+        engine.submit(delivery_id)
+    assert engine.drain(10)
+    bodies = sorted(DeliveryAttempt.objects.filter(delivery_id__in=ids).values_list("response_body", flat=True))
+    assert bodies == ["x" * 4096, "y" * 10]
+    assert set(_statuses(ids).values()) == {"succeeded"}
+
+
 def test_a_private_address_is_refused_at_connect_time_on_the_multi_handle(api, receiver, engine, settings):
     blocked = _deliveries(api, receiver.url("/private"), 1)  # accepted while private networks were allowed
     settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
