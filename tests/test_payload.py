@@ -62,3 +62,4 @@ def test_whole_second_keeps_microseconds_for_a_fixed_width():
 def test_naive_datetime_is_refused():
     with pytest.raises(ValueError):
         build_payload(event_type="t", created_at=datetime(2026, 11, 29), data=None)
+

@@ -1,13 +1,35 @@
 """Prefixed, time-ordered identifiers (`evt_01J…`): ULIDs, so sorting by id sorts by creation."""
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
+_RANDOM_BITS = 80
+_last = 0
+_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    global _last, _lock
+    _last, _lock = 0, threading.Lock()  # two forked children must not both continue from the parent's last id
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def new_id(prefix: str) -> str:
-    """Return `prefix_` + a 26-character ULID (48-bit ms timestamp, 80 random bits)."""
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    """Return `prefix_` + a 26-character ULID (48-bit ms timestamp, 80 random bits).
+
+    Monotonic within a process (the ULID spec's monotonic variant): within one millisecond the next
+    id is the previous one plus one, so two events created one after the other are ordered as they
+    were created even then, which a fifo endpoint's delivery order relies on.
+    """
+    global _last
+    value = (time.time_ns() // 1_000_000) << _RANDOM_BITS | int.from_bytes(os.urandom(10), "big")
+    with _lock:
+        if value >> _RANDOM_BITS <= _last >> _RANDOM_BITS:
+            value = _last + 1
+        _last = value
     chars = []
     for _ in range(26):
         chars.append(_ALPHABET[value & 31])
