@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from webhooks.transport import AttemptResult, check_url_host, is_public_address, send
+from webhooks.transport import AttemptResult, ascii_url, check_url_host, is_public_address, send
 
 TIMEOUT = 0.5
 BODY = b'{"type":"test.ping","timestamp":"2026-11-29T23:41:22.000000Z","data":{}}'
@@ -369,3 +369,20 @@ def test_a_name_server_that_never_answers_is_cut_off_by_the_deadline(tmp_path):
 def test_a_nul_byte_in_the_answer_is_replaced_so_the_attempt_can_be_stored(make_receiver):
     receiver = make_receiver(reply(200, b"ok\x00done"))
     assert deliver(receiver.url).body == "ok\ufffddone"
+
+
+def test_a_url_with_non_ascii_characters_is_sent_encoded(make_receiver):
+    receiver = make_receiver(reply(204))
+    result = deliver(f"http://bücher.localhost:{receiver.port}/webhooks/straße?für=ü")  # libcurl: *.localhost is loopback
+    assert result.ok, result.error
+    [call] = receiver.calls
+    assert call.path == "/webhooks/stra%C3%9Fe?f%C3%BCr=%C3%BC"
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("https://hooks.example.com/a?b=c", "https://hooks.example.com/a?b=c"),
+    ("https://Bücher.example/", "https://xn--bcher-kva.example/"),
+    ("https://user:päss@bücher.example:8443/p%20q/ü", "https://user:p%C3%A4ss@xn--bcher-kva.example:8443/p%20q/%C3%BC"),
+])
+def test_ascii_url(url, expected):
+    assert ascii_url(url) == expected

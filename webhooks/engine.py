@@ -170,14 +170,24 @@ class Engine:
                 if at < self._wake_for.get(endpoint_id, float("inf")):
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
+        unsendable = []
         for claim in claims.values():
             curl = self._idle.pop() if self._idle else pycurl.Curl()
-            attempt = transport.Attempt(curl, url=claim.url, body=claim.payload,
-                                        headers=delivery_service.attempt_headers(claim),
-                                        timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                                        allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+            try:
+                attempt = transport.Attempt(curl, url=claim.url, body=claim.payload,
+                                            headers=delivery_service.attempt_headers(claim),
+                                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
+                                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+            except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
+                curl.reset()
+                self._idle.append(curl)
+                unsendable.append(delivery_service.Outcome(claim, timezone.now(), transport.AttemptResult(
+                    status=None, body="", duration_ms=0, error=f"invalid_url: {exc}"[:200], retry_after=None)))
+                continue
             self._running[id(curl)] = (curl, attempt, claim, timezone.now())
             self._multi.add_handle(curl)
+        if unsendable:
+            self._record(unsendable)
 
     def _finish(self, finished: list[tuple[pycurl.Curl, int, str]]) -> None:
         outcomes = []
@@ -187,6 +197,9 @@ class Engine:
             outcomes.append(delivery_service.Outcome(claim, started_at, attempt.finish(code, message)))
             curl.reset()
             self._idle.append(curl)
+        self._record(outcomes)
+
+    def _record(self, outcomes: list[delivery_service.Outcome]) -> None:
         try:
             delivery_service.deliveries_record(outcomes=outcomes, hand_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again

@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import certifi
+import idna
 import pycurl
 
 EXCERPT_LIMIT = 4096
@@ -158,6 +159,24 @@ def _describe_failure(code: int, message: str, os_errno: int, timeout: float, bl
     return f"{kind}: {message}"[:_MAX_ERROR_CHARS]
 
 
+def ascii_url(url: str) -> str:
+    """The URL as libcurl takes it: an internationalised host in its IDNA form (UTS #46), other non-ASCII
+    characters of the path and query percent-encoded as UTF-8. An ASCII URL is returned unchanged."""
+    if url.isascii():
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if not host.isascii():
+        host = idna.encode(host, uts46=True).decode("ascii")
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    if parts.username is not None:
+        userinfo = quote(parts.username, safe="") + ("" if parts.password is None else ":" + quote(parts.password, safe=""))
+        netloc = f"{userinfo}@{netloc}"
+    keep = "/%:@!$&'()*+,;=~-._?"
+    return urlunsplit((parts.scheme, netloc, quote(parts.path, safe=keep), quote(parts.query, safe=keep + "="),
+                       quote(parts.fragment, safe=keep)))
+
+
 class Attempt:
     """One POST set up on a libcurl handle: `send()` runs it at once, a CurlMulti can drive many together.
 
@@ -176,7 +195,7 @@ class Attempt:
         self.retry_after: list[str] = []
         self.blocked: list[str] = []
         millis = max(1, int(timeout * 1000))
-        curl.setopt(pycurl.URL, url)
+        curl.setopt(pycurl.URL, ascii_url(url))
         curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
         curl.setopt(pycurl.POST, 1)
         curl.setopt(pycurl.POSTFIELDS, body)
