@@ -150,3 +150,59 @@ def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_b
     assert _is_in_progress(original_response)
     assert list(Event.objects.values_list("id", flat=True)) == [winner_response.json()["id"]]
     assert _is_replay_of(_post(server, api, "stale-key-000001"), winner_response)
+
+
+class KeyRowLock:
+    """Hold the row lock of one idempotency key from another connection, as the transaction that
+    completes it does between its UPDATE and its COMMIT (the view's work can take that long)."""
+
+    def __init__(self, key):
+        params = connection.get_connection_params()
+        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
+                                    user=params.get("user"))
+        self.conn.execute("SELECT 1 FROM intake_idempotencykey WHERE key = %s FOR UPDATE", [key])
+
+    def release(self):
+        self.conn.rollback()
+        self.conn.close()
+
+
+def test_replays_are_reads_and_never_wait_for_the_key_row(server, api):
+    first = _post(server, api, "read-key-0000001")
+    assert first.status_code == 202
+    lock = KeyRowLock("read-key-0000001")
+    try:
+        with ThreadPoolExecutor(10) as pool:
+            started = time.monotonic()
+            replays = list(pool.map(lambda _: _post(server, api, "read-key-0000001"), range(20)))
+            elapsed = time.monotonic() - started
+    finally:
+        lock.release()
+    assert all(_is_replay_of(r, first) for r in replays)
+    assert elapsed < 2.0, f"20 replays took {elapsed:.2f} s behind a row lock"
+    assert Event.objects.count() == 1
+
+
+def test_a_retry_while_the_original_completes_gets_409_at_once(server, api):
+    lock = EventTableLock()
+    key_lock = None
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(_post, server, api, "done-key-0000001")
+            _wait_for_key("done-key-0000001")
+            key_lock = KeyRowLock("done-key-0000001")  # as if the original were completing it now
+            started = time.monotonic()
+            retry = _post(server, api, "done-key-0000001")
+            elapsed = time.monotonic() - started
+            key_lock.release()
+            key_lock = None
+            lock.release()
+            lock = None
+            first = slow.result(timeout=10)
+    finally:
+        for held in (key_lock, lock):
+            if held:
+                held.release()
+    assert _is_in_progress(retry) and elapsed < 1.0, (retry.status_code, elapsed)
+    assert first.status_code == 202
+    assert _is_replay_of(_post(server, api, "done-key-0000001"), first)

@@ -1,4 +1,4 @@
-"""PostgreSQL storage of idempotency keys: acquire in one statement, complete with fencing, release."""
+"""PostgreSQL storage of idempotency keys: read or acquire, complete with fencing, release."""
 import json
 import uuid
 from dataclasses import dataclass
@@ -10,31 +10,46 @@ from intake.models import IdempotencyKey
 
 _TABLE = IdempotencyKey._meta.db_table
 
-# One round trip. The INSERT wins for a new key; ON CONFLICT … DO UPDATE … WHERE takes over an
-# expired key, or a stale in_progress one with the same fingerprint, in a single conditional
-# statement, so of several concurrent retries exactly one gets a row back. Everyone else reads
-# the existing row in the same statement to decide between replay, mismatch and in progress.
+# A replay is a plain read: the INSERT below inserts nothing when the row exists, so it takes no row
+# lock, no transaction id and writes no WAL, and replays of one key never queue behind each other or
+# behind the request completing it. A new key is inserted in the same round trip; of several
+# concurrent first requests exactly one gets `acquired`. The row read is live unless it has expired,
+# or it is a stale in_progress one (its request died) that this same request may take over.
 _ACQUIRE_SQL = f"""
-WITH acquired AS (
-    INSERT INTO {_TABLE} AS k
+WITH existing AS (
+    SELECT id, fingerprint, status, response_status, response_headers, response_body, created_at,
+           expires_at <= now()
+           OR (status = 'in_progress' AND fingerprint = %(fingerprint)s
+               AND locked_at <= now() - make_interval(secs => %(lock_timeout)s)) AS takeover
+      FROM {_TABLE}
+     WHERE credential_id = %(credential)s AND key = %(key)s
+), acquired AS (
+    INSERT INTO {_TABLE}
         (credential_id, key, fingerprint, method, path, status, lock_token, locked_at, created_at, expires_at)
-    VALUES (%(credential)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, 'in_progress', %(token)s,
-            now(), now(), now() + make_interval(secs => %(retention)s))
-    ON CONFLICT (credential_id, key) DO UPDATE SET
-        fingerprint = EXCLUDED.fingerprint, method = EXCLUDED.method, path = EXCLUDED.path,
-        status = 'in_progress', lock_token = EXCLUDED.lock_token, locked_at = EXCLUDED.locked_at,
-        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
-        response_status = NULL, response_headers = NULL, response_body = NULL
-    WHERE k.expires_at <= now()
-       OR (k.status = 'in_progress' AND k.fingerprint = EXCLUDED.fingerprint
-           AND k.locked_at <= now() - make_interval(secs => %(lock_timeout)s))
-    RETURNING k.id
+    SELECT %(credential)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, 'in_progress', %(token)s,
+           now(), now(), now() + make_interval(secs => %(retention)s)
+     WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (credential_id, key) DO NOTHING
+    RETURNING id
 )
-SELECT id, true, NULL, NULL, NULL, NULL::jsonb, NULL::bytea, NULL::timestamptz FROM acquired
+SELECT id, true, NULL, NULL, NULL::smallint, NULL::jsonb, NULL::bytea, NULL::timestamptz, false FROM acquired
 UNION ALL
-SELECT id, false, fingerprint, status, response_status, response_headers, response_body, created_at
-FROM {_TABLE}
-WHERE credential_id = %(credential)s AND key = %(key)s AND NOT EXISTS (SELECT 1 FROM acquired)
+SELECT id, false, fingerprint, status, response_status, response_headers, response_body, created_at, takeover
+  FROM existing
+"""
+# An expired or stale key is taken over by one conditional UPDATE, which re-checks the condition on
+# the row's latest version: of several requests taking over the same row, exactly one wins.
+_TAKEOVER_SQL = f"""
+UPDATE {_TABLE} SET
+    fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s, status = 'in_progress',
+    lock_token = %(token)s, locked_at = now(), created_at = now(),
+    expires_at = now() + make_interval(secs => %(retention)s),
+    response_status = NULL, response_headers = NULL, response_body = NULL
+ WHERE id = %(id)s
+   AND (expires_at <= now()
+        OR (status = 'in_progress' AND fingerprint = %(fingerprint)s
+            AND locked_at <= now() - make_interval(secs => %(lock_timeout)s)))
+RETURNING id
 """
 
 
@@ -61,30 +76,43 @@ class Existing:
 
 def key_acquire(*, credential_id: int, key: str, fingerprint: str, method: str, path: str,
                 retention_seconds: float, lock_timeout_seconds: float) -> Acquired | Existing:
-    """Take the key for this request, or return the row that holds it (autocommit, one statement)."""
+    """Take the key for this request, or return the row that holds it (autocommit statements).
+
+    One statement reads the key and, on a miss, inserts it; an expired or stale row is then taken
+    over by a conditional UPDATE. Losing a race means another request changed the row since the
+    read: read again (each statement sees what committed before it).
+    """
     token = uuid.uuid4()
     params = {
         "credential": credential_id, "key": key, "fingerprint": fingerprint, "method": method, "path": path,
         "token": token, "retention": retention_seconds, "lock_timeout": lock_timeout_seconds,
     }
     with connection.cursor() as cursor:
-        # A row committed by a concurrent request after this statement's snapshot makes ON CONFLICT
-        # skip, yet stays invisible to the SELECT half; the next statement's snapshot sees it.
         for _ in range(5):
             cursor.execute(_ACQUIRE_SQL, params)
             row = cursor.fetchone()
-            if row is not None:
-                break
-        else:  # pragma: no cover - would need five consecutive races on one key
-            raise RuntimeError("could not acquire or read the idempotency key")
-    if row[1]:
-        return Acquired(id=row[0], token=token)
-    body, headers = row[6], row[5]
+            if row is None:
+                # A concurrent request inserted the key after this statement's snapshot was taken:
+                # the INSERT skipped it and the read could not see it; the next statement will.
+                continue
+            if row[1]:
+                return Acquired(id=row[0], token=token)
+            if not row[8]:
+                return _existing(row[:1] + row[2:8])
+            cursor.execute(_TAKEOVER_SQL, {**params, "id": row[0]})
+            won = cursor.fetchone()
+            if won is not None:
+                return Acquired(id=won[0], token=token)
+    raise RuntimeError("could not acquire or read the idempotency key")  # five lost races in a row
+
+
+def _existing(row: tuple) -> Existing:
+    body, headers = row[5], row[4]
     if isinstance(headers, str):  # Django registers jsonb to load as text for raw cursors
         headers = json.loads(headers)
-    return Existing(id=row[0], fingerprint=row[2], status=row[3], response_status=row[4],
+    return Existing(id=row[0], fingerprint=row[1], status=row[2], response_status=row[3],
                     response_headers=headers, response_body=bytes(body) if body is not None else None,
-                    created_at=row[7])
+                    created_at=row[6])
 
 
 _COMPLETE_SQL = f"""
