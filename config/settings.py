@@ -196,9 +196,9 @@ WEBHOOK_WORKER_DB_POOL_SIZE = env_int("WEBHOOK_WORKER_DB_POOL_SIZE", 10)
 # A published task not started within this long is presumed lost (flush, restart) and re-published.
 WEBHOOK_REDISPATCH_AFTER_SECONDS = env_float("WEBHOOK_REDISPATCH_AFTER_SECONDS", 30)
 WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
-# Up to this many deliveries of one event are published by the web process itself; a larger
-# fan-out is handed to a worker in chunks, so intake latency does not grow with the endpoint count.
-WEBHOOK_INLINE_ENQUEUE_MAX = env_int("WEBHOOK_INLINE_ENQUEUE_MAX", 10)
+# A dispatcher run follows a full batch with the next one for up to this long.
+WEBHOOK_DISPATCH_SECONDS = env_float("WEBHOOK_DISPATCH_SECONDS", 2)
+# At most this many delivery ids travel in one message (webhooks/publishing.py).
 WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"

@@ -28,7 +28,9 @@ class IdempotencyKey(models.Model):
     COMPLETED = "completed"
     STATUSES = [(IN_PROGRESS, "in progress"), (COMPLETED, "completed")]
 
-    credential = models.ForeignKey(ApiCredential, on_delete=models.CASCADE, related_name="idempotency_keys")
+    # No index of its own: the unique (credential, key) index leads with it (one index less per insert).
+    credential = models.ForeignKey(ApiCredential, on_delete=models.CASCADE, related_name="idempotency_keys",
+                                   db_index=False)
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
     method = models.CharField(max_length=10)

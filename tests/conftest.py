@@ -9,6 +9,7 @@ from django.conf import settings
 from django.test import Client
 
 from intake.credentials import credential_cache_clear, credential_create
+from webhooks.publishing import publisher
 
 
 @pytest.fixture(autouse=True)
@@ -28,22 +29,33 @@ def broker():
 
         @staticmethod
         def published(queue: str | None = None) -> list[tuple[str, list]]:
-            """(task name, args) of every message waiting in Herald's queues (or one), oldest first."""
+            """(task name, args) of every message waiting in Herald's queues (or one), oldest first, once
+            this process's background publisher has published what it was handed."""
+            return [(task, args) for _, task, args in Broker.messages(queue)]
+
+        @staticmethod
+        def messages(queue: str | None = None) -> list[tuple[bytes, str, list]]:
+            """(raw message, task name, args) of every message waiting, oldest first (see `published`)."""
+            assert publisher.flush(10), "the publisher did not publish within 10 s"
             out = []
             for name in (queue,) if queue else queues:
                 for raw in reversed(client.lrange(name, 0, -1)):
                     message = json.loads(raw)
                     args = json.loads(base64.b64decode(message["body"]))[0]
-                    out.append((message["headers"]["task"], args))
+                    out.append((raw, message["headers"]["task"], args))
             return out
 
         @staticmethod
         def clear() -> None:
+            """Forget every message, including what the publisher still holds."""
+            assert publisher.flush(10), "the publisher did not publish within 10 s"
             client.delete(*queues)
 
         @classmethod
         def delivery_ids(cls) -> list[str]:
-            return [args[0] for task, args in cls.published() if task == "webhooks.deliver"]
+            """The delivery ids of every delivery message waiting, oldest first."""
+            return [delivery_id for task, args in cls.published() if task == "webhooks.deliver_many"
+                    for delivery_id in args[0]]
 
     yield Broker
     client.delete(*queues)

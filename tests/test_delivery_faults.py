@@ -118,14 +118,15 @@ def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, proce
     create_endpoint(api, receiver.url("/slow"), event_types=["slow.*"])
     create_endpoint(api, receiver.url("/lost"), event_types=["lost.*"])
     lost = api.post("events", {"type": "lost.thing", "data": {}}).json()["deliveries"][0]["id"]
-    (message,) = [raw for raw in broker.redis.lrange(settings.CELERY_TASK_DEFAULT_QUEUE, 0, -1)
-                  if lost.encode() in raw]
+    (message,) = [raw for raw, _, args in broker.messages(settings.CELERY_TASK_DEFAULT_QUEUE) if lost in args[0]]
     broker.redis.lrem(settings.CELERY_TASK_DEFAULT_QUEUE, 1, message)
-    # ... and, queued after it, about 12 s of slow deliveries for a one-process worker
+    # ... and, queued after it (the redispatch window later), about 12 s of slow deliveries for a
+    # one-process worker
+    time.sleep(settings.WEBHOOK_REDISPATCH_AFTER_SECONDS + 1)
     receiver.script("/slow", *[Answer(delay=0.8)] * 15)
     slow = [api.post("events", {"type": "slow.thing", "data": {"n": n}}).json()["deliveries"][0]["id"]
             for n in range(15)]
-    time.sleep(settings.WEBHOOK_REDISPATCH_AFTER_SECONDS)
+    broker.published()
     processes(celery_worker("backlogged"))
     processes(celery_beat())
 

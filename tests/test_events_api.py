@@ -1,5 +1,8 @@
 """Event intake: fan-out rules, one delivery per matching endpoint, enqueue only after commit."""
+import threading
+
 import pytest
+from django.conf import settings
 from django.db import transaction
 
 from webhooks.models import Delivery, Event
@@ -56,21 +59,56 @@ def test_fan_out_to_many_endpoints_is_one_statement(api, django_assert_num_queri
     assert len(set(ids)) == 30 and all(i.startswith("dlv_") for i in ids)
 
 
-def test_a_large_fan_out_is_handed_to_a_worker_in_chunks(api, broker, settings):
+def test_a_large_fan_out_is_published_in_messages_of_a_chunk_each(api, broker, settings):
     settings.WEBHOOK_ENQUEUE_CHUNK = 5
     for n in range(12):
         _endpoint(api, f"https://{n}.example.com/")
     event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
     published = broker.published()
-    assert [task for task, _ in published] == ["webhooks.enqueue_deliveries"] * 3
-    assert sorted(i for _, (chunk,) in published for i in chunk) == sorted(d["id"] for d in event["deliveries"])
+    assert [(task, len(args[0]), args[1]) for task, args in published] == [
+        ("webhooks.deliver_many", size, settings.CELERY_TASK_DEFAULT_QUEUE) for size in (5, 5, 2)]
+    assert broker.delivery_ids() == [d["id"] for d in event["deliveries"]]
 
-    # the worker's side of it publishes one delivery task per id
-    from webhooks.tasks import enqueue_deliveries
 
-    broker.redis.delete(settings.CELERY_TASK_DEFAULT_QUEUE)
-    enqueue_deliveries([d["id"] for d in event["deliveries"]])
-    assert sorted(broker.delivery_ids()) == sorted(d["id"] for d in event["deliveries"])
+class HeldPublisher:
+    """Holds the publisher's thread inside its next publish until `go()`: a real thread, really held."""
+
+    def __init__(self, monkeypatch):
+        from webhooks import publishing
+
+        self.entered, self.gate = threading.Event(), threading.Event()
+        real = publishing._publish
+
+        def held(batch):
+            self.entered.set()
+            assert self.gate.wait(10)
+            real(batch)
+
+        monkeypatch.setattr(publishing, "_publish", held)
+
+    def go(self):
+        self.gate.set()
+
+
+def test_the_request_answers_before_the_publisher_publishes(api, broker, monkeypatch):
+    _endpoint(api, "https://a.example.com/")
+    held = HeldPublisher(monkeypatch)
+    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    assert held.entered.wait(5)
+    assert event["deliveries"] and broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
+    held.go()
+    assert broker.delivery_ids() == [event["deliveries"][0]["id"]]
+
+
+def test_requests_arriving_while_the_publisher_is_busy_share_one_message(api, broker, monkeypatch):
+    _endpoint(api, "https://a.example.com/")
+    held = HeldPublisher(monkeypatch)
+    events = [api.post("events", {"type": "invoice.paid", "data": {"n": 0}}).json()]
+    assert held.entered.wait(5)  # the thread holds the first request's ids
+    events += [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json() for n in (1, 2, 3)]
+    held.go()
+    assert [len(args[0]) for _, args in broker.published()] == [1, 3]
+    assert broker.delivery_ids() == [e["deliveries"][0]["id"] for e in events]
 
 
 def test_enqueue_happens_after_commit_and_never_after_rollback(api, broker):

@@ -95,7 +95,9 @@ class Event(models.Model):
     """Something that happened in a tenant's system, recorded exactly once per intake request."""
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.event_id, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="events")
+    # Written once per intake request: no index of its own (event_tenant_type leads with it), and no
+    # LIKE twins for the varchar keys (migration 0008): no query matches ids by pattern.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="events", db_index=False)
     type = models.CharField(max_length=200)
     data = models.JSONField()
     channels = ArrayField(models.CharField(max_length=128), default=list, blank=True)
@@ -144,18 +146,26 @@ class Delivery(models.Model):
         ordering = ["-id"]
         verbose_name_plural = "deliveries"
         constraints = [models.UniqueConstraint(fields=["event", "endpoint"], name="delivery_event_endpoint")]
+        # Every index is paid for on each insert and on each record of an attempt (which changes
+        # `status`, `next_attempt_at` and `enqueued_at`, so that update can never be HOT); each one
+        # serves a query named here, and none duplicates another's leading columns.
+        # pk: claim and record (herald_delivery_claim/record), GET /deliveries/{id}.
+        # delivery_event_endpoint (unique): one delivery per event and endpoint; an event's deliveries
+        #   (GET /events, ?event=), the cascade from an event.
         indexes = [
-            # the dispatcher: due retries and lost tasks (a parked backlog is not its business)
+            # the dispatcher: retries that have come due (a record cleared enqueued_at)
             models.Index(fields=["next_attempt_at"], name="delivery_due",
-                         condition=models.Q(status="pending", parked_at__isnull=True)),
-            # the dispatcher: which unclaimed deliveries are presumed still waiting in a queue
+                         condition=models.Q(status="pending", parked_at__isnull=True, enqueued_at__isnull=True)),
+            # the dispatcher: published deliveries never claimed, oldest first (the lost-message check)
             models.Index(fields=["-enqueued_at"], name="delivery_waiting",
                          condition=models.Q(status="pending", enqueued_at__isnull=False)),
-            # the hand-on: an endpoint's parked deliveries, oldest first
+            # the hand-on and beat's parked sweep: an endpoint's parked deliveries, oldest first
             models.Index(fields=["endpoint", "id"], name="delivery_parked", condition=models.Q(parked_at__isnull=False)),
             # the claim of a fifo endpoint's delivery: is an older one still pending?
             models.Index(fields=["endpoint", "id"], name="delivery_pending_order", condition=models.Q(status="pending")),
+            # GET /deliveries?status= and the admin's status filter, newest first, within a tenant
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
+            # GET /deliveries?endpoint=, the endpoint's health and chart, PROTECT on endpoint delete
             models.Index(fields=["endpoint", "-id"], name="delivery_endpoint"),
         ]
 
@@ -186,10 +196,22 @@ class DeliveryLease(models.Model):
         return f"{self.delivery_id} until {self.until:%H:%M:%S}"
 
 
+class QueueProgress(models.Model):
+    """The mark of the newest delivery message consumed from a queue, by any worker (webhooks/progress.py)."""
+
+    queue = models.CharField(primary_key=True, max_length=200)
+    consumed_mark = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.queue} consumed up to {self.consumed_mark:%H:%M:%S}"
+
+
 class DeliveryAttempt(models.Model):
     """One HTTP POST of a delivery, recorded truthfully whatever its outcome."""
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: the unique (delivery, number) index leads with it (one index less per attempt).
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     duration_ms = models.PositiveIntegerField()

@@ -1,41 +1,113 @@
-"""Talking to the broker: publish delivery tasks, and ask how many messages wait in each queue."""
+"""Talking to the broker: publish delivery tasks off the request path, and read each queue's backlog.
+
+The pending rows in PostgreSQL are the outbox. A request hands the ids of the deliveries it
+committed to this process's publisher (a list append) and answers at once; the publisher's thread
+publishes whatever has gathered in one round trip to the broker, as `webhooks.deliver_many`
+messages of up to WEBHOOK_ENQUEUE_CHUNK ids each. Under load, the deliveries of many requests
+share one message, so the cost of a Celery message is paid per batch, not per delivery.
+
+A delivery whose message never reaches the broker (the process died first, or the broker was down)
+is no worse off than one whose message the broker lost: beat's dispatcher finds it unclaimed and
+publishes it again (webhooks/services/delivery.py).
+"""
+from __future__ import annotations
+
+import atexit
 import logging
+import os
+import threading
+from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
+from django.utils import timezone
 from kombu import Queue
 
 logger = logging.getLogger("herald.publishing")
 
 
-def deliveries_enqueue(*, delivery_ids: list[str], inline: bool | None = None, queue: str | None = None) -> None:
-    """Publish one delivery task per id, in one round trip to the broker.
+def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wait: bool = False) -> None:
+    """Publish the delivery tasks of these ids: in the background (default) or now (`wait`).
 
-    Building a Celery message costs a fraction of a millisecond of CPU; for a large fan-out the web
-    process hands the ids to a worker in chunks instead (`webhooks.enqueue_deliveries`), which
-    publishes the per-delivery tasks, so intake latency does not grow with the endpoint count.
+    `queue` is the main queue (new events) unless given; the system's own re-publications (retries,
+    recoveries, hand-ons, manual retries) go to HERALD_PERIODIC_QUEUE. A broker failure is logged,
+    never raised: the rows are safe and the dispatcher publishes them again.
     """
-    from webhooks.tasks import deliver, enqueue_deliveries
+    if not delivery_ids:
+        return
+    queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    if wait:
+        _publish([(queue, list(delivery_ids), timezone.now())])
+    else:
+        publisher.put(delivery_ids=delivery_ids, queue=queue)
 
-    if inline is None:
-        inline = len(delivery_ids) <= settings.WEBHOOK_INLINE_ENQUEUE_MAX
+
+def _publish(batch: list[tuple[str, list[str], datetime]]) -> None:
+    """Publish (queue, ids, mark) items: per queue, messages of up to WEBHOOK_ENQUEUE_CHUNK ids, in one
+    round trip. Each message carries the latest of its items' marks (when they were handed over),
+    which the worker reports as its queue's progress (webhooks/progress.py)."""
+    from webhooks.tasks import deliver_many
+
+    by_queue: dict[str, tuple[list[str], datetime]] = {}
+    for queue, ids, mark in batch:
+        held, latest = by_queue.get(queue, ([], mark))
+        by_queue[queue] = (held + ids, max(latest, mark))
+    chunk = settings.WEBHOOK_ENQUEUE_CHUNK
     try:
-        if len(delivery_ids) == 1:  # the common case: a pipeline would only add overhead
-            deliver.apply_async((delivery_ids[0],), queue=queue, argsrepr=delivery_ids[0], kwargsrepr="")
-            return
-        with deliver.app.producer_or_acquire() as producer, producer.batch():
-            if inline:
-                for delivery_id in delivery_ids:
-                    deliver.apply_async((delivery_id,), producer=producer, queue=queue, argsrepr=delivery_id,
-                                        kwargsrepr="")
-            else:
-                chunk = settings.WEBHOOK_ENQUEUE_CHUNK
-                for start in range(0, len(delivery_ids), chunk):
-                    part = delivery_ids[start:start + chunk]
-                    enqueue_deliveries.apply_async((part,), producer=producer, argsrepr=f"[{len(part)} ids]")
-    except Exception as exc:  # broker down: the rows are safe and the dispatcher will enqueue them
-        logger.warning("delivery.enqueue_failed", extra={"delivery_ids": delivery_ids[:20],
-                                                          "count": len(delivery_ids), "error": repr(exc)})
+        with deliver_many.app.producer_or_acquire() as producer, producer.batch():
+            for queue, (ids, mark) in by_queue.items():
+                for start in range(0, len(ids), chunk):
+                    part = ids[start:start + chunk]
+                    deliver_many.apply_async((part, queue, mark.isoformat()), producer=producer, queue=queue,
+                                             argsrepr=f"[{len(part)} ids]", kwargsrepr="")
+    except Exception as exc:  # broker down: the rows are safe and the dispatcher will publish them
+        ids = [i for _, part, _ in batch for i in part]
+        logger.warning("delivery.enqueue_failed", extra={"delivery_ids": ids[:20], "count": len(ids),
+                                                          "error": repr(exc)})
+
+
+class Publisher:
+    """The background publisher of one process (see the module doc); started on first use, and again
+    in a forked child, which does not inherit the parent's thread."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._pending: list[tuple[str, list[str], datetime]] = []
+        self._busy = False
+        self._pid: int | None = None
+
+    def put(self, *, delivery_ids: list[str], queue: str) -> None:
+        with self._changed:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pending, self._busy = [], False  # a parent's items are the parent's to publish
+                threading.Thread(target=self._run, name="herald-publisher", daemon=True).start()
+            self._pending.append((queue, list(delivery_ids), timezone.now()))
+            self._changed.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything handed over has been published (or has failed and been logged)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending)
+                batch, self._pending, self._busy = self._pending, [], True
+            try:
+                _publish(batch)
+            except Exception:  # noqa: BLE001 - the thread must outlive any one batch
+                logger.exception("delivery.publisher_failed")
+            finally:
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
+
+
+publisher = Publisher()
+# A process exiting normally (gunicorn's graceful restart, a test run) publishes what it holds first.
+atexit.register(publisher.flush, 5.0)
 
 
 def broker_backlog() -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
+from django.utils.dateparse import parse_datetime
 
-from webhooks import engine
+from webhooks import engine, progress
 from webhooks.services import delivery as delivery_service
 
 
@@ -16,6 +17,18 @@ def deliver(delivery_id: str) -> None:
         delivery_service.delivery_attempt(delivery_id=delivery_id)
 
 
+@shared_task(name="webhooks.deliver_many", ignore_result=True)
+def deliver_many(delivery_ids: list[str], queue: str, mark: str) -> None:
+    """`deliver` for each of a message's ids; then report the message's mark as the queue's progress."""
+    running = engine.running()
+    for delivery_id in delivery_ids:
+        if running is not None:
+            running.submit(delivery_id)
+        else:
+            delivery_service.delivery_attempt(delivery_id=delivery_id)
+    progress.consumed(queue=queue, mark=parse_datetime(mark))
+
+
 @shared_task(name="webhooks.dispatch_due", ignore_result=True)
 def dispatch_due() -> int:
     """Beat: publish every due delivery whose task is not waiting; this is what recovers lost tasks."""
@@ -26,11 +39,3 @@ def dispatch_due() -> int:
 def disable_failing_endpoints() -> int:
     """Beat: disable endpoints failing continuously past WEBHOOK_DISABLE_AFTER_SECONDS."""
     return delivery_service.endpoints_disable_failing()
-
-
-@shared_task(name="webhooks.enqueue_deliveries", ignore_result=True)
-def enqueue_deliveries(delivery_ids: list[str]) -> None:
-    """Publish the delivery tasks of a large fan-out on behalf of the web process."""
-    from webhooks.publishing import deliveries_enqueue
-
-    deliveries_enqueue(delivery_ids=delivery_ids, inline=True)

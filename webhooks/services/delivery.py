@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import breaker, event_types, metrics, retry_policy, signing, transport
+from webhooks import breaker, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, Endpoint
 from webhooks.publishing import broker_backlog, deliveries_enqueue
@@ -58,38 +58,39 @@ SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(durat
     %(fast)s, %(hand_on)s)
 """
 
-# What beat's dispatcher publishes, oldest due first:
-# - a retry that has come due (record cleared enqueued_at);
-# - a delivery claimed by a worker that died (its lease ran out with no record);
-# - a delivery published over WEBHOOK_REDISPATCH_AFTER_SECONDS ago, never claimed, and older than
-#   every message its queue still holds: queues are FIFO, so if the main queue holds N messages, the
-#   N most recently published unclaimed deliveries of intake are presumed waiting there and older
-#   ones lost (flush, restart); likewise for the periodic queue and what the system re-published
-#   (enqueued_at moved past created_at). This keeps a long backlog from being published again and
-#   again while it waits its turn, and still finds a lost task within the window.
-# A parked delivery is in no queue and not the dispatcher's business: its endpoint hands it on.
+# What beat's dispatcher publishes, each kind found by an index range scan that touches only rows
+# it will publish (a million retries scheduled for later, or a long backlog waiting in a queue, cost
+# nothing):
+# - retries that have come due: a failed attempt's record cleared `enqueued_at` (delivery_due);
+# - deliveries whose message was lost: published before their queue's cutoff and never claimed
+#   (delivery_waiting). The cutoff comes from the queue's progress (webhooks/progress.py): queues are
+#   first in, first out, so what was published well before the newest message the workers consumed
+#   is no longer in the queue; an empty queue holds nothing, so anything published before
+#   WEBHOOK_REDISPATCH_AFTER_SECONDS ago is lost (flush, restart, a worker killed with messages taken);
+# - deliveries claimed by a worker that died (their lease ran out with no record).
+# New events' deliveries (enqueued_at = created_at) travel in the main queue, everything the system
+# re-publishes in the periodic one. A parked delivery is in no queue and not the dispatcher's
+# business: its endpoint hands it on.
 _DISPATCH_SQL = f"""
-WITH waiting_main AS (
+WITH due AS (
     SELECT d.id FROM {_DELIVERY} d
-     WHERE d.status = 'pending' AND d.enqueued_at = d.created_at
-       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
-     ORDER BY d.enqueued_at DESC
-     LIMIT %(in_main)s
-), waiting_periodic AS (
-    SELECT d.id FROM {_DELIVERY} d
-     WHERE d.status = 'pending' AND d.enqueued_at > d.created_at
-       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
-     ORDER BY d.enqueued_at DESC
-     LIMIT %(in_periodic)s
-), due AS (
-    SELECT d.id FROM {_DELIVERY} d
-     WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.next_attempt_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id AND l.until > now())
-       AND (d.enqueued_at IS NULL
-            OR EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id)
-            OR (d.enqueued_at < now() - make_interval(secs => %(redispatch)s)
-                AND d.id NOT IN (SELECT id FROM waiting_main) AND d.id NOT IN (SELECT id FROM waiting_periodic)))
+     WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.enqueued_at IS NULL AND d.next_attempt_at <= now()
      ORDER BY d.next_attempt_at
+     LIMIT %(batch)s
+     FOR UPDATE OF d SKIP LOCKED
+), lost AS (
+    SELECT d.id FROM {_DELIVERY} d
+     WHERE d.status = 'pending' AND d.enqueued_at IS NOT NULL AND d.enqueued_at < %(cutoff)s
+       AND d.parked_at IS NULL AND d.next_attempt_at <= now()
+       AND CASE WHEN d.enqueued_at = d.created_at THEN d.enqueued_at < %(cutoff_main)s
+                ELSE d.enqueued_at < %(cutoff_periodic)s END
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id AND l.until > now())
+     ORDER BY d.enqueued_at
+     LIMIT %(batch)s
+     FOR UPDATE OF d SKIP LOCKED
+), orphaned AS (
+    SELECT d.id FROM {_LEASE} l JOIN {_DELIVERY} d ON d.id = l.delivery_id
+     WHERE l.until <= now() AND d.status = 'pending' AND d.parked_at IS NULL
      LIMIT %(batch)s
      FOR UPDATE OF d SKIP LOCKED
 ), expired AS (
@@ -97,7 +98,7 @@ WITH waiting_main AS (
     DELETE FROM {_LEASE} WHERE until <= now()
 )
 UPDATE {_DELIVERY} SET enqueued_at = now()
- WHERE id IN (SELECT id FROM due)
+ WHERE id IN (SELECT id FROM due UNION SELECT id FROM lost UNION SELECT id FROM orphaned)
 RETURNING id
 """
 
@@ -364,7 +365,7 @@ def deliveries_record(*, outcomes: list[Outcome], hand_on: Callable[[list[str]],
         if hand_on is not None:
             hand_on(handed_on)
         else:
-            deliveries_enqueue(delivery_ids=handed_on, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
+            deliveries_enqueue(delivery_ids=handed_on, queue=settings.HERALD_PERIODIC_QUEUE, wait=True)
     for i, outcome in enumerate(outcomes):
         moved, _, transition = done[i]
         claim, result = outcome.claim, outcome.result
@@ -433,28 +434,51 @@ def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: tr
 
 
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
-    """Beat: publish every due delivery that needs a task (see _DISPATCH_SQL), let the probes of tripped
-    endpoints go, and hand on the parked deliveries of endpoints with nothing in flight."""
+    """Beat: publish every due delivery that needs a message (see _DISPATCH_SQL), let the probes of
+    tripped endpoints go, and hand on the parked deliveries of endpoints with nothing in flight.
+
+    A full batch is followed by another at once, for up to WEBHOOK_DISPATCH_SECONDS, so a burst of
+    retries coming due goes out at the workers' pace, not one batch per beat interval.
+    """
     try:
         backlog = broker_backlog()
     except Exception as exc:  # broker down: nothing could be published anyway; try next run
         logger.warning("dispatch.broker_unavailable", extra={"error": repr(exc)})
         return []
+    main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
+    cutoffs = _lost_cutoffs(backlog, progress.consumed_marks())
+    params = {"batch": batch or settings.WEBHOOK_DISPATCH_BATCH, "cutoff": max(cutoffs.values()),
+              "cutoff_main": cutoffs[main], "cutoff_periodic": cutoffs[periodic],
+              "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT}
+    ids: list[str] = []
+    deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_DISPATCH_SQL, params)
+            found = [row[0] for row in cursor.fetchall()]
+        # Retries and recovered deliveries go to the periodic queue, which workers serve in turn with
+        # the main one: a backlog of fresh events cannot hold them back. If the broker fails now they
+        # look lost once the cutoff passes them, and a later run publishes them again.
+        deliveries_enqueue(delivery_ids=found, queue=periodic, wait=True)
+        ids += found
+        if len(found) < params["batch"] or time.monotonic() >= deadline:
+            break
     with connection.cursor() as cursor:
-        cursor.execute(_DISPATCH_SQL, {"redispatch": settings.WEBHOOK_REDISPATCH_AFTER_SECONDS,
-                                       "batch": batch or settings.WEBHOOK_DISPATCH_BATCH,
-                                       "in_main": backlog[settings.CELERY_TASK_DEFAULT_QUEUE],
-                                       "in_periodic": backlog[settings.HERALD_PERIODIC_QUEUE]})
-        ids = [row[0] for row in cursor.fetchall()]
         cursor.execute(_WAKE_PROBES_SQL)
-        ids += [row[0] for row in cursor.fetchall()]
+        woken = [row[0] for row in cursor.fetchall()]
         cursor.execute(_SWEEP_SQL, {"default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
-        ids += [row[0] for row in cursor.fetchall()]
-    if ids:  # if the broker is still down they stay due, and the next run picks them up again
-        # Retries and recovered deliveries go to the periodic queue, which workers serve in turn
-        # with the main one: a backlog of fresh events cannot hold them back.
-        deliveries_enqueue(delivery_ids=ids, inline=True, queue=settings.HERALD_PERIODIC_QUEUE)
-    return ids
+        woken += [row[0] for row in cursor.fetchall()]
+    deliveries_enqueue(delivery_ids=woken, queue=periodic, wait=True)
+    return ids + woken
+
+
+def _lost_cutoffs(backlog: dict[str, int], marks: dict[str, datetime]) -> dict[str, datetime]:
+    """Per queue: an unclaimed delivery published before this is no longer waiting in it (see _DISPATCH_SQL)."""
+    window = timedelta(seconds=settings.WEBHOOK_REDISPATCH_AFTER_SECONDS)
+    now = timezone.now()
+    never = datetime(1970, 1, 1, tzinfo=now.tzinfo)
+    return {queue: now - window if not waiting else (marks[queue] - window if queue in marks else never)
+            for queue, waiting in backlog.items()}
 
 
 @transaction.atomic

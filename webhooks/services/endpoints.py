@@ -106,7 +106,7 @@ def endpoint_hand_on(*, endpoint: Endpoint) -> list[str]:
                                      "limit": 1000})
         ids = [row[0] for row in cursor.fetchall()]
     if ids:
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids, inline=True,
+        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids,
                                                          queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
     return ids
 
