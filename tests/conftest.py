@@ -10,6 +10,7 @@ from django.test import Client
 
 from intake.credentials import credential_cache_clear, credential_create
 from webhooks.publishing import publisher
+from webhooks.relay import deliveries_relay
 
 
 @pytest.fixture(autouse=True)
@@ -29,14 +30,15 @@ def broker():
 
         @staticmethod
         def published(queue: str | None = None) -> list[tuple[str, list]]:
-            """(task name, args) of every message waiting in Herald's queues (or one), oldest first, once
-            this process's background publisher has published what it was handed."""
+            """(task name, args) of every message waiting in Herald's queues (or one), oldest first, once a
+            relay has published what is due (as a worker's relay would, at once) and this process's
+            publisher what it was handed."""
             return [(task, args) for _, task, args in Broker.messages(queue)]
 
         @staticmethod
         def messages(queue: str | None = None) -> list[tuple[bytes, str, list]]:
             """(raw message, task name, args) of every message waiting, oldest first (see `published`)."""
-            assert publisher.flush(10), "the publisher did not publish within 10 s"
+            Broker.relay()
             out = []
             for name in (queue,) if queue else queues:
                 for raw in reversed(client.lrange(name, 0, -1)):
@@ -47,9 +49,31 @@ def broker():
 
         @staticmethod
         def clear() -> None:
-            """Forget every message, including what the publisher still holds."""
-            assert publisher.flush(10), "the publisher did not publish within 10 s"
+            """Forget every message, including what a relay would publish now: as if lost."""
+            Broker.relay()
             client.delete(*queues)
+
+        @staticmethod
+        def relay() -> list[str]:
+            """What a worker's relay does when the doorbell rings: publish what is due and unpublished
+            (on a connection of its own, as in a worker: it sees only what has committed)."""
+            import threading
+
+            from django.db import connection
+
+            assert publisher.flush(10), "the publisher did not publish within 10 s"
+            published = []
+
+            def run():
+                try:
+                    published.extend(deliveries_relay())
+                finally:
+                    connection.close()
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join(30)
+            return published
 
         @classmethod
         def delivery_ids(cls) -> list[str]:

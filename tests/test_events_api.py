@@ -1,11 +1,14 @@
 """Event intake: fan-out rules, one delivery per matching endpoint, enqueue only after commit."""
-import threading
+import time
 
 import pytest
 from django.conf import settings
 from django.db import transaction
 
+from tests.conftest import wait_until
 from webhooks.models import Delivery, Event
+from webhooks.publishing import publisher
+from webhooks.relay import Relay
 from webhooks.services.events import event_ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,48 +70,34 @@ def test_a_large_fan_out_is_published_in_messages_of_a_chunk_each(api, broker, s
     published = broker.published()
     assert [(task, len(args[0]), args[1]) for task, args in published] == [
         ("webhooks.deliver_many", size, settings.CELERY_TASK_DEFAULT_QUEUE) for size in (5, 5, 2)]
-    assert broker.delivery_ids() == [d["id"] for d in event["deliveries"]]
+    assert sorted(broker.delivery_ids()) == sorted(d["id"] for d in event["deliveries"])
 
 
-class HeldPublisher:
-    """Holds the publisher's thread inside its next publish until `go()`: a real thread, really held."""
-
-    def __init__(self, monkeypatch):
-        from webhooks import publishing
-
-        self.entered, self.gate = threading.Event(), threading.Event()
-        real = publishing._publish
-
-        def held(batch):
-            self.entered.set()
-            assert self.gate.wait(10)
-            real(batch)
-
-        monkeypatch.setattr(publishing, "_publish", held)
-
-    def go(self):
-        self.gate.set()
-
-
-def test_the_request_answers_before_the_publisher_publishes(api, broker, monkeypatch):
+def test_intake_publishes_nothing_itself_and_a_relay_publishes_many_requests_in_one_message(api, broker):
     _endpoint(api, "https://a.example.com/")
-    held = HeldPublisher(monkeypatch)
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    assert held.entered.wait(5)
-    assert event["deliveries"] and broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
-    held.go()
+    events = [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json() for n in range(4)]
+    ids = [e["deliveries"][0]["id"] for e in events]
+    assert publisher.flush(5) and broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
+    assert Delivery.objects.filter(pk__in=ids, enqueued_at__isnull=True).count() == 4  # the outbox
+    assert sorted(broker.relay()) == sorted(ids)
+    assert [(task, sorted(args[0])) for task, args in broker.published()] == [("webhooks.deliver_many", sorted(ids))]
+    assert broker.relay() == []  # published once
+
+
+def test_the_doorbell_wakes_a_relay_at_once(api, broker, settings):
+    settings.WEBHOOK_RELAY_POLL_SECONDS = 30  # no poll would come in time: only the doorbell can
+    _endpoint(api, "https://a.example.com/")
+    relay = Relay()
+    try:
+        time.sleep(0.3)  # subscribed
+        started = time.monotonic()
+        event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+        wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=5,
+                   message="the relay published the delivery")
+        assert time.monotonic() - started < 2
+    finally:
+        relay.stop()
     assert broker.delivery_ids() == [event["deliveries"][0]["id"]]
-
-
-def test_requests_arriving_while_the_publisher_is_busy_share_one_message(api, broker, monkeypatch):
-    _endpoint(api, "https://a.example.com/")
-    held = HeldPublisher(monkeypatch)
-    events = [api.post("events", {"type": "invoice.paid", "data": {"n": 0}}).json()]
-    assert held.entered.wait(5)  # the thread holds the first request's ids
-    events += [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json() for n in (1, 2, 3)]
-    held.go()
-    assert [len(args[0]) for _, args in broker.published()] == [1, 3]
-    assert broker.delivery_ids() == [e["deliveries"][0]["id"] for e in events]
 
 
 def test_enqueue_happens_after_commit_and_never_after_rollback(api, broker):

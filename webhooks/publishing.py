@@ -1,14 +1,15 @@
-"""Talking to the broker: publish delivery tasks off the request path, and read each queue's backlog.
+"""Talking to the broker: publish delivery tasks, ring the relays' doorbell, read each queue's backlog.
 
-The pending rows in PostgreSQL are the outbox. A request hands the ids of the deliveries it
-committed to this process's publisher (a list append) and answers at once; the publisher's thread
-publishes whatever has gathered in one round trip to the broker, as `webhooks.deliver_many`
-messages of up to WEBHOOK_ENQUEUE_CHUNK ids each. Under load, the deliveries of many requests
-share one message, so the cost of a Celery message is paid per batch, not per delivery.
+The pending rows in PostgreSQL are the outbox. Intake publishes nothing itself: once its transaction
+commits it rings the doorbell of the workers' relays (webhooks/relay.py), which publish what is due
+as `webhooks.deliver_many` messages of up to WEBHOOK_ENQUEUE_CHUNK ids each. A Celery message costs
+about a millisecond of CPU to build and send; the relays pay it per batch, in the workers, not per
+request in the web process.
 
-A delivery whose message never reaches the broker (the process died first, or the broker was down)
-is no worse off than one whose message the broker lost: beat's dispatcher finds it unclaimed and
-publishes it again (webhooks/services/delivery.py).
+Ringing, and the few publications a web process still makes (a hand-on after an endpoint change),
+go through this process's publisher thread: a request only appends to a list and answers. A
+message that never reaches the broker (the process died first, the broker was down) is no worse off
+than one the broker lost: beat's dispatcher finds the delivery unclaimed and publishes it again.
 """
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ from kombu import Queue
 logger = logging.getLogger("herald.publishing")
 
 
-def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wait: bool = False) -> None:
-    """Publish the delivery tasks of these ids: in the background (default) or now (`wait`).
+def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wait: bool = False,
+                       mark: datetime | None = None) -> None:
+    """Publish the delivery tasks of these ids: in the background (default) or now (`wait`, with the
+    `mark` the messages carry: when the ids were published, by the database's clock).
 
     `queue` is the main queue (new events) unless given; the system's own re-publications (retries,
     recoveries, hand-ons, manual retries) go to HERALD_PERIODIC_QUEUE. A broker failure is logged,
@@ -37,9 +40,34 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
         return
     queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
     if wait:
-        _publish([(queue, list(delivery_ids), timezone.now())])
+        _publish([(queue, list(delivery_ids), mark or timezone.now())])
     else:
         publisher.put(delivery_ids=delivery_ids, queue=queue)
+
+
+def doorbell_channel() -> str:
+    """The Redis channel the relays listen on (one per Herald installation: HERALD_QUEUE names it)."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:doorbell"
+
+
+_redis_clients: dict[int, object] = {}
+
+
+def _redis():
+    import redis
+
+    client = _redis_clients.get(os.getpid())
+    if client is None:
+        client = _redis_clients[os.getpid()] = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return client
+
+
+def _ring() -> None:
+    try:
+        _redis().publish(doorbell_channel(), b"")
+    except Exception as exc:  # Redis down: the relays poll every WEBHOOK_RELAY_POLL_SECONDS meanwhile
+        logger.warning("relay.doorbell_failed", extra={"error": repr(exc)})
 
 
 def _publish(batch: list[tuple[str, list[str], datetime]]) -> None:
@@ -68,35 +96,51 @@ def _publish(batch: list[tuple[str, list[str], datetime]]) -> None:
 
 class Publisher:
     """The background publisher of one process (see the module doc); started on first use, and again
-    in a forked child, which does not inherit the parent's thread."""
+    in a forked child, which does not inherit the parent's thread. Rings that arrive while it is busy
+    are answered by one ring."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._pending: list[tuple[str, list[str], datetime]] = []
+        self._ring = False
         self._busy = False
         self._pid: int | None = None
 
     def put(self, *, delivery_ids: list[str], queue: str) -> None:
         with self._changed:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._pending, self._busy = [], False  # a parent's items are the parent's to publish
-                threading.Thread(target=self._run, name="herald-publisher", daemon=True).start()
+            self._started()
             self._pending.append((queue, list(delivery_ids), timezone.now()))
             self._changed.notify_all()
 
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until everything handed over has been published (or has failed and been logged)."""
+    def ring(self) -> None:
+        """Tell the relays that new deliveries are due (after a commit)."""
         with self._changed:
-            return self._changed.wait_for(lambda: not self._pending and not self._busy, timeout)
+            self._started()
+            self._ring = True
+            self._changed.notify_all()
+
+    def _started(self) -> None:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._pending, self._ring, self._busy = [], False, False  # a parent's work is the parent's
+            threading.Thread(target=self._run, name="herald-publisher", daemon=True).start()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything handed over has been published and rung (or has failed and been logged)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._pending and not self._ring and not self._busy, timeout)
 
     def _run(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._pending)
-                batch, self._pending, self._busy = self._pending, [], True
+                self._changed.wait_for(lambda: self._pending or self._ring)
+                batch, ring = self._pending, self._ring
+                self._pending, self._ring, self._busy = [], False, True
             try:
-                _publish(batch)
+                if batch:
+                    _publish(batch)
+                if ring:
+                    _ring()
             except Exception:  # noqa: BLE001 - the thread must outlive any one batch
                 logger.exception("delivery.publisher_failed")
             finally:
@@ -106,6 +150,7 @@ class Publisher:
 
 
 publisher = Publisher()
+doorbell = publisher
 # A process exiting normally (gunicorn's graceful restart, a test run) publishes what it holds first.
 atexit.register(publisher.flush, 5.0)
 

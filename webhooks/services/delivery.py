@@ -29,7 +29,7 @@ from django.utils import timezone
 from webhooks import breaker, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, Endpoint
-from webhooks.publishing import broker_backlog, deliveries_enqueue
+from webhooks.publishing import broker_backlog, deliveries_enqueue, doorbell
 from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
 
@@ -58,31 +58,26 @@ SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(durat
     %(fast)s, %(hand_on)s)
 """
 
-# What beat's dispatcher publishes, each kind found by an index range scan that touches only rows
-# it will publish (a million retries scheduled for later, or a long backlog waiting in a queue, cost
-# nothing):
-# - retries that have come due: a failed attempt's record cleared `enqueued_at` (delivery_due);
+# Besides the relay's step (webhooks/relay.py: what is due and unpublished, new deliveries and retries
+# that have come due), beat's dispatcher publishes again, each found by an index range scan that
+# touches only rows it will publish (a million retries scheduled for later, or a long backlog waiting
+# in a queue, cost nothing):
 # - deliveries whose message was lost: published before their queue's cutoff and never claimed
 #   (delivery_waiting). The cutoff comes from the queue's progress (webhooks/progress.py): queues are
 #   first in, first out, so what was published well before the newest message the workers consumed
 #   is no longer in the queue; an empty queue holds nothing, so anything published before
-#   WEBHOOK_REDISPATCH_AFTER_SECONDS ago is lost (flush, restart, a worker killed with messages taken);
+#   WEBHOOK_REDISPATCH_AFTER_SECONDS ago is lost (flush, restart, a worker killed with messages taken).
+#   A first attempt the relay published travelled in the main queue (attempt_count 0, and its
+#   next_attempt_at still its creation time); everything else in the periodic one, and whatever the
+#   dispatcher publishes again is marked so by next_attempt_at = now();
 # - deliveries claimed by a worker that died (their lease ran out with no record).
-# New events' deliveries (enqueued_at = created_at) travel in the main queue, everything the system
-# re-publishes in the periodic one. A parked delivery is in no queue and not the dispatcher's
-# business: its endpoint hands it on.
+# A parked delivery is in no queue and not the dispatcher's business: its endpoint hands it on.
 _DISPATCH_SQL = f"""
-WITH due AS (
-    SELECT d.id FROM {_DELIVERY} d
-     WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.enqueued_at IS NULL AND d.next_attempt_at <= now()
-     ORDER BY d.next_attempt_at
-     LIMIT %(batch)s
-     FOR UPDATE OF d SKIP LOCKED
-), lost AS (
+WITH lost AS (
     SELECT d.id FROM {_DELIVERY} d
      WHERE d.status = 'pending' AND d.enqueued_at IS NOT NULL AND d.enqueued_at < %(cutoff)s
        AND d.parked_at IS NULL AND d.next_attempt_at <= now()
-       AND CASE WHEN d.enqueued_at = d.created_at THEN d.enqueued_at < %(cutoff_main)s
+       AND CASE WHEN d.attempt_count = 0 AND d.next_attempt_at = d.created_at THEN d.enqueued_at < %(cutoff_main)s
                 ELSE d.enqueued_at < %(cutoff_periodic)s END
        AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id AND l.until > now())
      ORDER BY d.enqueued_at
@@ -97,9 +92,9 @@ WITH due AS (
     -- leases whose worker died: taken into account above, and of no use to anyone any more
     DELETE FROM {_LEASE} WHERE until <= now()
 )
-UPDATE {_DELIVERY} SET enqueued_at = now()
- WHERE id IN (SELECT id FROM due UNION SELECT id FROM lost UNION SELECT id FROM orphaned)
-RETURNING id
+UPDATE {_DELIVERY} SET enqueued_at = now(), next_attempt_at = now()
+ WHERE id IN (SELECT id FROM lost UNION SELECT id FROM orphaned)
+RETURNING id, enqueued_at
 """
 
 # Beat: a tripped endpoint whose pause is over gets its probe: its oldest parked delivery goes back
@@ -434,34 +429,39 @@ def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: tr
 
 
 def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
-    """Beat: publish every due delivery that needs a message (see _DISPATCH_SQL), let the probes of
-    tripped endpoints go, and hand on the parked deliveries of endpoints with nothing in flight.
+    """Beat: the relay's step (what is due and unpublished), then publish again what was lost (see
+    _DISPATCH_SQL), let the probes of tripped endpoints go, and hand on the parked deliveries of
+    endpoints with nothing in flight.
 
     A full batch is followed by another at once, for up to WEBHOOK_DISPATCH_SECONDS, so a burst of
     retries coming due goes out at the workers' pace, not one batch per beat interval.
     """
+    from webhooks.relay import deliveries_relay
+
     try:
         backlog = broker_backlog()
     except Exception as exc:  # broker down: nothing could be published anyway; try next run
         logger.warning("dispatch.broker_unavailable", extra={"error": repr(exc)})
         return []
+    batch = batch or settings.WEBHOOK_DISPATCH_BATCH
+    ids = deliveries_relay(batch=batch)
     main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
     cutoffs = _lost_cutoffs(backlog, progress.consumed_marks())
-    params = {"batch": batch or settings.WEBHOOK_DISPATCH_BATCH, "cutoff": max(cutoffs.values()),
-              "cutoff_main": cutoffs[main], "cutoff_periodic": cutoffs[periodic],
-              "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT}
-    ids: list[str] = []
+    params = {"batch": batch, "cutoff": max(cutoffs.values()), "cutoff_main": cutoffs[main],
+              "cutoff_periodic": cutoffs[periodic]}
     deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_DISPATCH_SQL, params)
-            found = [row[0] for row in cursor.fetchall()]
-        # Retries and recovered deliveries go to the periodic queue, which workers serve in turn with
-        # the main one: a backlog of fresh events cannot hold them back. If the broker fails now they
-        # look lost once the cutoff passes them, and a later run publishes them again.
-        deliveries_enqueue(delivery_ids=found, queue=periodic, wait=True)
-        ids += found
-        if len(found) < params["batch"] or time.monotonic() >= deadline:
+            rows = cursor.fetchall()
+        # Re-publications go to the periodic queue, which workers serve in turn with the main one: a
+        # backlog of fresh events cannot hold them back. If the broker fails now they look lost again
+        # once the cutoff passes them, and a later run publishes them again.
+        if rows:
+            deliveries_enqueue(delivery_ids=[row[0] for row in rows], queue=periodic, wait=True,
+                               mark=max(row[1] for row in rows))
+        ids += [row[0] for row in rows]
+        if len(rows) < batch or time.monotonic() >= deadline:
             break
     with connection.cursor() as cursor:
         cursor.execute(_WAKE_PROBES_SQL)
@@ -483,16 +483,15 @@ def _lost_cutoffs(backlog: dict[str, int], marks: dict[str, datetime]) -> dict[s
 
 @transaction.atomic
 def delivery_retry(*, delivery: Delivery) -> Delivery:
-    """Manual retry: a finished delivery becomes pending and is sent at once; a pending one is left be."""
+    """Manual retry: a finished delivery becomes pending and due now (a relay publishes it at once, to
+    the periodic queue like every retry); a pending one is left be."""
     now = timezone.now()
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
-    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=now, parked_at=None,
+    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=None, parked_at=None,
              updated_at=now)
     if updated:
-        delivery_ids = [delivery.pk]  # re-published by the system: the periodic queue, like retries
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids,
-                                                         queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
+        transaction.on_commit(doorbell.ring, robust=True)
     delivery.refresh_from_db()
     return delivery
 

@@ -1,4 +1,4 @@
-"""Event intake: record the event, fan it out to matching endpoints, enqueue after commit."""
+"""Event intake: record the event, fan it out to matching endpoints, ring the relays' doorbell after commit."""
 import json
 from datetime import datetime
 from typing import Any
@@ -11,7 +11,7 @@ from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
-from webhooks.publishing import deliveries_enqueue
+from webhooks.publishing import doorbell
 
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
@@ -35,7 +35,7 @@ INSERT INTO {Delivery._meta.db_table}
     (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, enqueued_at, created_at,
      updated_at)
 SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id FROM event), matched.id,
-       'pending', 0, %(now)s, %(now)s, %(now)s, %(now)s
+       'pending', 0, %(now)s, NULL, %(now)s, %(now)s
   FROM matched
 RETURNING id, endpoint_id
 """
@@ -45,8 +45,10 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
                  now: datetime | None = None) -> Event:
     """Create the event and one pending delivery per matching endpoint in the caller's transaction.
 
-    The delivery tasks are enqueued only once that transaction commits; a broker outage at that
-    moment is logged, not raised: the rows are safe in PostgreSQL and the dispatcher sends them.
+    The rows are the outbox: due and not yet published (`enqueued_at` NULL). Once the transaction
+    commits, the relays' doorbell rings (from a background thread: the request does not wait), and a
+    worker's relay publishes their tasks (webhooks/relay.py); without a doorbell, the relays' own
+    polling and beat's dispatcher find them.
     """
     created_at = now or timezone.now()
     event = Event(id=ids.event_id(), tenant_id=tenant.pk, type=event_type, data=data, channels=channels,
@@ -62,11 +64,10 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
         rows = cursor.fetchall()
     event._state.adding = False
     event.delivery_list = [Delivery(id=delivery_id, tenant_id=tenant.pk, event=event, endpoint_id=endpoint_id,
-                                    status=Delivery.PENDING, next_attempt_at=created_at, enqueued_at=created_at)
+                                    status=Delivery.PENDING, next_attempt_at=created_at)
                            for delivery_id, endpoint_id in rows]
     if rows:
-        delivery_ids = [row[0] for row in rows]
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
+        transaction.on_commit(doorbell.ring, robust=True)
     return event
 
 

@@ -1,0 +1,122 @@
+"""The relay: publishes the tasks of deliveries that are due and not yet published, from PostgreSQL.
+
+A delivery is written due and unpublished (`enqueued_at` NULL) by intake, by a failed attempt's
+record (its retry, once `next_attempt_at` comes) and by a manual retry. Every threaded worker runs a
+relay thread that wakes when the doorbell rings (a Redis message sent after each intake commit, see
+webhooks/publishing.py) and otherwise every WEBHOOK_RELAY_POLL_SECONDS, and publishes what is due,
+oldest first, in batches: one UPDATE marks a batch published (`FOR UPDATE SKIP LOCKED`, so relays
+of several workers share the work and never publish a delivery twice) and its ids go out as
+`webhooks.deliver_many` messages: first attempts to the main queue, retries to the periodic one.
+
+Beat's dispatcher runs the same step, so deliveries still go out with no relay running (a prefork
+worker runs none), at its interval instead of at once.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from webhooks.models import Delivery, DeliveryLease
+from webhooks.publishing import _redis, deliveries_enqueue, doorbell_channel
+
+logger = logging.getLogger("herald.relay")
+
+_DELIVERY = Delivery._meta.db_table
+# delivery_due holds exactly these rows: pending, not parked, not published; due ones first. One held
+# by a worker (claimed without a message: the engine's hand-on) is that worker's.
+_RELAY_SQL = f"""
+UPDATE {_DELIVERY} SET enqueued_at = now()
+ WHERE id IN (SELECT d.id FROM {_DELIVERY} d
+               WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.enqueued_at IS NULL
+                 AND d.next_attempt_at <= now()
+                 AND NOT EXISTS (SELECT 1 FROM {DeliveryLease._meta.db_table} l
+                                  WHERE l.delivery_id = d.id AND l.until > now())
+               ORDER BY d.next_attempt_at
+               LIMIT %(batch)s
+                 FOR UPDATE SKIP LOCKED)
+RETURNING id, attempt_count, enqueued_at
+"""
+
+
+def deliveries_relay(*, batch: int | None = None, seconds: float | None = None) -> list[str]:
+    """Publish every due, unpublished delivery (see the module doc), batch after batch while they come
+    full, for up to `seconds` (WEBHOOK_DISPATCH_SECONDS); the ids published."""
+    batch = batch or settings.WEBHOOK_DISPATCH_BATCH
+    deadline = time.monotonic() + (settings.WEBHOOK_DISPATCH_SECONDS if seconds is None else seconds)
+    published: list[str] = []
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_RELAY_SQL, {"batch": batch})
+            rows = cursor.fetchall()
+        if rows:
+            mark = max(row[2] for row in rows)
+            first = [row[0] for row in rows if row[1] == 0]
+            retries = [row[0] for row in rows if row[1] > 0]
+            # If the broker fails now, the rows look published: once their message is overdue the
+            # dispatcher finds them lost and publishes them again.
+            deliveries_enqueue(delivery_ids=first, wait=True, mark=mark)
+            deliveries_enqueue(delivery_ids=retries, queue=settings.HERALD_PERIODIC_QUEUE, wait=True, mark=mark)
+            published += [row[0] for row in rows]
+        if len(rows) < batch or time.monotonic() >= deadline:
+            return published
+
+
+class Relay:
+    """A worker's relay thread (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="herald-relay", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pubsub = None
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = _redis().pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(doorbell_channel())
+                self._wait_for_ring(pubsub)
+            except Exception as exc:  # noqa: BLE001 - Redis down: poll PostgreSQL meanwhile
+                logger.warning("relay.doorbell_unavailable", extra={"error": repr(exc)})
+                pubsub = None
+                self._stop.wait(settings.WEBHOOK_RELAY_POLL_SECONDS)
+            if self._stop.is_set():
+                break
+            try:
+                deliveries_relay()
+            except Exception:  # noqa: BLE001 - the next ring or poll tries again
+                logger.exception("relay.failed")
+            finally:
+                connection.close()  # back to the worker's pool
+        if pubsub is not None:
+            pubsub.close()
+
+    def _wait_for_ring(self, pubsub) -> None:
+        """Until the doorbell rings or the poll interval passes (checking for a stop every 0.2 s);
+        rings that came meanwhile are answered by the one run that follows."""
+        deadline = time.monotonic() + settings.WEBHOOK_RELAY_POLL_SECONDS
+        while not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or pubsub.get_message(timeout=min(0.2, remaining)) is not None:
+                break
+        while pubsub.get_message(timeout=0) is not None:
+            pass
+
+
+_relay: Relay | None = None
+
+
+def start() -> Relay:
+    global _relay
+    if _relay is None:
+        _relay = Relay()
+    return _relay
