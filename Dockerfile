@@ -25,4 +25,4 @@ RUN useradd --system --uid 10001 --user-group --home-dir /app --no-create-home -
 USER herald
 
 EXPOSE 8000
-CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--access-logfile", "-"]
+CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]

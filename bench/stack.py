@@ -135,15 +135,11 @@ class ConnectionSampler:
         self._thread.join(5)
 
 
-WEB_WORKERS = 3
-WEB_THREADS = 8
-
-
-def gunicorn(port: int, **env) -> Proc:
-    """The same server, same worker settings, for Herald and for the floor."""
-    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(WEB_WORKERS),
-            "--threads", str(WEB_THREADS), "--backlog", "1024", "--preload"]
-    proc = Proc("gunicorn", argv, base_env(**env), ready="Booting worker")
+def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", **env) -> Proc:
+    """`gunicorn config.wsgi` as the README starts it: only the bind is given, so the repository's
+    gunicorn.conf.py sets the workers, for Herald and for the floors alike."""
+    argv = [str(BIN / "gunicorn"), app, "--bind", f"127.0.0.1:{port}"]
+    proc = Proc(name, argv, base_env(**env), ready="Booting worker")
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -156,6 +152,15 @@ def gunicorn(port: int, **env) -> Proc:
             time.sleep(0.1)
     proc.url = url
     return proc
+
+
+def bare_floor(port: int) -> Proc:
+    """The bare intake floor (bench/bare) in a gunicorn of its own, started the same way."""
+    with psycopg.connect(f"host=127.0.0.1 dbname={DB_NAME}", autocommit=True) as conn:
+        from bench.bare.urls import TABLE_SQL
+
+        conn.execute(TABLE_SQL)
+    return gunicorn(port, app="bench.bare.wsgi", name="bare-floor")
 
 
 def worker(name: str, *flags: str, **env) -> Proc:

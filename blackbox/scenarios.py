@@ -544,7 +544,7 @@ def broker(ctx: Context, mode: str) -> Result:
         wait_until(lambda: load.done >= n // 3, 120, 0.05, "a third of the events to be accepted")
     except TimeoutError:
         result.problem("intake too slow: a third of the events not accepted within 120 s")
-    queued = sum(1 for name, _ in stack.redis.queued_tasks() if name == "webhooks.deliver")
+    queued = sum(len(ids) for name, ids in stack.redis.queued_tasks() if name == "webhooks.deliver_many")
     if mode == "restart":
         health_during = []
 

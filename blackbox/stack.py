@@ -379,7 +379,7 @@ class Redis:
     def flushall(self) -> str:
         return self.command("FLUSHALL")
 
-    def queued_tasks(self) -> list[tuple[str, str]]:
+    def queued_tasks(self) -> list[tuple[str, str | list]]:
         """(task name, first argument) of every Celery message waiting in any queue (Celery's JSON protocol 2)."""
         import redis  # Herald's own dependency, in .venv; here only to read the harness's private Redis
 
@@ -399,7 +399,8 @@ class Redis:
             try:
                 message = json.loads(raw)
                 args = json.loads(base64.b64decode(message["body"]))[0]
-                out.append((message["headers"]["task"], str(args[0]) if args else ""))
+                first = args[0] if args else ""
+                out.append((message["headers"]["task"], first if isinstance(first, list) else str(first)))
             except (ValueError, KeyError, TypeError, IndexError):
                 out.append(("?", ""))
         return out
@@ -409,7 +410,7 @@ class Redis:
 
 @dataclass
 class Stack:
-    """PostgreSQL, Redis, gunicorn (2 workers × 8 threads), two Celery workers as the README starts them
+    """PostgreSQL, Redis, gunicorn (as gunicorn.conf.py sets it), two Celery workers as the README starts them
     (threads, WEBHOOK_WORKER_CONCURRENCY each) and beat."""
 
     pg: Postgres = field(default_factory=Postgres)
@@ -472,8 +473,8 @@ class Stack:
 
     def start_web(self) -> Proc:
         self.web_port = self.web_port or free_port()
-        argv = [str(VENV_BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{self.web_port}", "--workers", "2",
-                "--threads", "8", "--timeout", "60", "--backlog", "1024"]
+        # As the README starts it: the repository's gunicorn.conf.py sets the workers (two by default).
+        argv = [str(VENV_BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{self.web_port}"]
         proc = self.procs["web"] = Proc("gunicorn", argv, self.env(), ready="Booting worker", timeout=90)
         wait_until(lambda: len(proc.pids()) >= 3, 60, 0.2, "two gunicorn workers")
         return proc
