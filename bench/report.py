@@ -169,8 +169,9 @@ def markdown(results: dict) -> str:
                       f"({d['run_ms']:.0f} ms in all, {d['published']:,} published). Beside {d['backlog']:,} deliveries "
                       f"waiting in the queue it republished {d['backlog_republished']:,} of them. "
                       f"The run published {d['publish_per_second']:,.0f} retries/s; {d['workers']} workers sent its "
-                      f"{d['retries']:,} at {d['retries_per_second']:,.0f}/s. After a flush of the queue the next run "
-                      f"published all {d['after_flush_republished']:,} of the lost backlog again."]
+                      f"{d['retries']:,} at {d['retries_per_second']:,.0f}/s. After a flush of the queue the backlog was lost: "
+                      f"the next run published {d['after_flush_republished']:,} of its {d['backlog']:,} again "
+                      f"(WEBHOOK_DISPATCH_SECONDS' worth), the runs after it the rest."]
     if "memory" in results:
         web = results["memory"]["web_peak_rss_mb"]
         lines += ["", f"Peak RSS: gunicorn processes {', '.join(f'{v} MB' for v in web.values())}."]

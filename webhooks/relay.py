@@ -87,6 +87,11 @@ class Relay:
                 self._wait_for_ring(pubsub)
             except Exception as exc:  # noqa: BLE001 - Redis down: poll PostgreSQL meanwhile
                 logger.warning("relay.doorbell_unavailable", extra={"error": repr(exc)})
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001 - its connection is gone already
+                        pass
                 pubsub = None
                 self._stop.wait(settings.WEBHOOK_RELAY_POLL_SECONDS)
             if self._stop.is_set():

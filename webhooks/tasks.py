@@ -9,7 +9,8 @@ from webhooks.services import delivery as delivery_service
 @shared_task(name="webhooks.deliver", ignore_result=True)
 def deliver(delivery_id: str) -> None:
     """Send one attempt of a delivery if it is due and free (claimed with a lease); in a threaded worker
-    by handing it to its engine, which sends every thread's attempts together."""
+    by handing it to its engine, which sends every thread's attempts together. Herald now publishes
+    `deliver_many`; this one still serves messages published by earlier versions."""
     running = engine.running()
     if running is not None:
         running.submit(delivery_id)
