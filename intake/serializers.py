@@ -1,4 +1,5 @@
 """Input and output serializers of the REST API; they parse and render, they hold no logic."""
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -114,7 +115,9 @@ class DeliverySummaryOutput(serializers.Serializer):
 
 
 class EventOutput(serializers.Serializer):
-    """Plain fields rather than a ModelSerializer: this renders every 202 of the intake hot path."""
+    """Renders every 202 of the intake hot path. The fields describe the output (and the OpenAPI
+    schema); `to_representation` builds the same dict directly, without the per-request copy of every
+    field that DRF makes (about a tenth of an intake request's CPU). A test holds the two equal."""
 
     id = serializers.CharField()
     type = serializers.CharField()
@@ -129,6 +132,13 @@ class EventOutput(serializers.Serializer):
         if deliveries is None:
             deliveries = event.deliveries.all()
         return [{"id": d.id, "endpoint_id": d.endpoint_id, "status": d.status} for d in deliveries]
+
+    def to_representation(self, event: Event) -> dict:
+        created_at = timezone.localtime(event.created_at, timezone.get_current_timezone()).isoformat()
+        if created_at.endswith("+00:00"):
+            created_at = created_at[:-6] + "Z"  # as DRF's DateTimeField renders it
+        return {"id": event.id, "type": event.type, "data": event.data, "channels": [str(c) for c in event.channels],
+                "created_at": created_at, "deliveries": self.get_deliveries(event)}
 
 
 class AttemptOutput(serializers.ModelSerializer):

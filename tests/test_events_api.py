@@ -153,3 +153,21 @@ def test_invalid_events_are_400_and_store_nothing(api, body, broker):
     assert response.json()["code"] == "validation_error"
     assert not Event.objects.exists()
     assert broker.delivery_ids() == []
+
+
+def test_an_event_renders_exactly_as_drfs_fields_would_render_it(api):
+    """EventOutput builds its dict directly; DRF's field-by-field rendering must give the same."""
+    from rest_framework import serializers
+
+    from intake.serializers import EventOutput
+
+    _endpoint(api, "https://a.example.com/")
+    _endpoint(api, "https://eu.example.com/", channels=["eu"])
+    posted = api.post("events", {"type": "invoice.paid", "data": {"n": [1, {"b": None}], "é": "ü"},
+                                 "channels": ["eu"]}).json()
+    for event in (Event.objects.get(pk=posted["id"]),  # read back, deliveries from the database
+                  event_ingest(tenant=api.tenant, event_type="a.b", data=[1, 2], channels=[])):  # fresh
+        fast = EventOutput(event).data
+        by_fields = serializers.Serializer.to_representation(EventOutput(event), event)
+        assert fast == dict(by_fields) and list(fast) == list(by_fields)
+    assert api.get(f"events/{posted['id']}").json() == posted
