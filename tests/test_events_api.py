@@ -171,3 +171,22 @@ def test_an_event_renders_exactly_as_drfs_fields_would_render_it(api):
         by_fields = serializers.Serializer.to_representation(EventOutput(event), event)
         assert fast == dict(by_fields) and list(fast) == list(by_fields)
     assert api.get(f"events/{posted['id']}").json() == posted
+
+
+def test_with_the_doorbell_down_a_relay_still_publishes_by_polling(api, broker, settings, monkeypatch, caplog):
+    from webhooks import publishing
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: every ring fails
+    settings.WEBHOOK_RELAY_POLL_SECONDS = 0.5
+    monkeypatch.setattr(publishing, "_redis_clients", {})
+    _endpoint(api, "https://a.example.com/")
+    relay = Relay()
+    try:
+        event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+        assert event["deliveries"]  # the client got its 202 regardless
+        wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=5,
+                   message="the relay published the delivery by polling")
+    finally:
+        relay.stop()
+    assert broker.delivery_ids() == [event["deliveries"][0]["id"]]
+    assert any(r.message in ("relay.doorbell_failed", "relay.doorbell_unavailable") for r in caplog.records)
