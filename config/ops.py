@@ -1,13 +1,16 @@
 """Operational endpoints: /healthz (database and broker reachable) and /metrics (Prometheus)."""
+import hmac
 import logging
 import os
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 from config.celery import app as celery_app
+from intake.problems import problem_response
 from webhooks.metrics import DeliveryStateCollector
 
 logger = logging.getLogger("herald.ops")
@@ -45,9 +48,19 @@ def healthz(request):
     return JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
 
 
+def _presents(request, token: str) -> bool:
+    scheme, _, presented = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
 @require_GET
 def metrics(request):
-    """Prometheus text format; sums every gunicorn and Celery process when PROMETHEUS_MULTIPROC_DIR is set."""
+    """Prometheus text format; sums every gunicorn and Celery process when PROMETHEUS_MULTIPROC_DIR is set.
+    With METRICS_TOKEN set, only a scrape presenting it as a bearer token gets an answer."""
+    if settings.METRICS_TOKEN and not _presents(request, settings.METRICS_TOKEN):
+        return problem_response(status_code=401, code="not_authenticated",
+                                detail="Send the metrics token as `Authorization: Bearer <METRICS_TOKEN>`.",
+                                headers={"WWW-Authenticate": 'Bearer realm="herald-metrics"'})
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

@@ -159,6 +159,8 @@ WEBHOOK_BREAKER_COOLDOWN_SECONDS = env_float("WEBHOOK_BREAKER_COOLDOWN_SECONDS",
 INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
 # How long a process may keep using a credential it looked up (a revocation's delay); 0 disables.
 CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
+# When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # Django's own cap must not undercut ours; the intake answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
 

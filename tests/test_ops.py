@@ -67,6 +67,19 @@ def test_delivery_state_gauges_come_from_the_database(api):
     assert samples[("herald_endpoints_tripped", ())] == 1
 
 
+def test_metrics_answer_only_the_metrics_token_once_one_is_set(settings):
+    assert Client().get("/metrics").status_code == 200  # unset: open, as before
+    settings.METRICS_TOKEN = "scrape-secret-123"
+    for headers in ({}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": "Basic scrape-secret-123"}):
+        refused = Client().get("/metrics", **headers)
+        assert refused.status_code == 401 and refused["Content-Type"] == "application/problem+json"
+        assert refused.json()["code"] == "not_authenticated" and "herald_" not in refused.content.decode()
+        assert refused["WWW-Authenticate"].startswith("Bearer")
+    allowed = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret-123")
+    assert allowed.status_code == 200 and b"herald_deliveries_pending" in allowed.content
+    assert Client().get("/healthz").status_code == 200  # the health check stays open
+
+
 @pytest.mark.slow
 def test_metrics_add_up_across_gunicorn_and_celery_processes(api, receiver):
     metrics_dir = tempfile.mkdtemp(prefix="herald-metrics-")
