@@ -499,11 +499,13 @@ class Bench:
         """Beat's dispatcher on a large table: 1M pending deliveries scheduled for later and 10k due
         (seeded with generate_series), a queue backlog it must leave alone, and the rate at which
         retries coming due are published and sent."""
+        from datetime import timedelta
+
         from django.conf import settings
         from django.db import connection
 
         from webhooks import progress
-        from webhooks.publishing import _publish
+        from webhooks.publishing import publish
         from webhooks.services.delivery import deliveries_dispatch_due
 
         waiting, due, backlog = (100_000, 10_000, 20_000) if self.quick else (1_000_000, 10_000, 100_000)
@@ -549,14 +551,13 @@ class Bench:
 
         client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
         client.delete(periodic)
-        _publish([(settings.CELERY_TASK_DEFAULT_QUEUE, backlog_ids,
-                   self._db_now() - __import__("datetime").timedelta(minutes=10))])
+        publish([(settings.CELERY_TASK_DEFAULT_QUEUE, backlog_ids, self._db_now() - timedelta(minutes=10))])
         # (marks only move forward: the earlier sections' workers left newer ones, which a FIFO queue holding
         # this backlog could not have produced, so the table starts afresh)
         from webhooks.models import QueueProgress
 
         QueueProgress.objects.all().delete()
-        progress.flush({settings.CELERY_TASK_DEFAULT_QUEUE: self._db_now() - __import__("datetime").timedelta(minutes=20)})
+        progress.flush({settings.CELERY_TASK_DEFAULT_QUEUE: self._db_now() - timedelta(minutes=20)})
 
         spent = []
 

@@ -40,7 +40,7 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
         return
     queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
     if wait:
-        _publish([(queue, list(delivery_ids), mark or timezone.now())])
+        publish([(queue, list(delivery_ids), mark or timezone.now())])
     else:
         publisher.put(delivery_ids=delivery_ids, queue=queue)
 
@@ -70,7 +70,7 @@ def _ring() -> None:
         logger.warning("relay.doorbell_failed", extra={"error": repr(exc)})
 
 
-def _publish(batch: list[tuple[str, list[str], datetime]]) -> None:
+def publish(batch: list[tuple[str, list[str], datetime]]) -> None:
     """Publish (queue, ids, mark) items: per queue, messages of up to WEBHOOK_ENQUEUE_CHUNK ids, in one
     round trip. Each message carries the latest of its items' marks (when they were handed over),
     which the worker reports as its queue's progress (webhooks/progress.py)."""
@@ -138,7 +138,7 @@ class Publisher:
                 self._pending, self._ring, self._busy = [], False, True
             try:
                 if batch:
-                    _publish(batch)
+                    publish(batch)
                 if ring:
                     _ring()
             except Exception:  # noqa: BLE001 - the thread must outlive any one batch
@@ -150,7 +150,6 @@ class Publisher:
 
 
 publisher = Publisher()
-doorbell = publisher
 # A process exiting normally (gunicorn's graceful restart, a test run) publishes what it holds first.
 atexit.register(publisher.flush, 5.0)
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from webhooks.models import Delivery, DeliveryLease
-from webhooks.publishing import _redis, deliveries_enqueue, doorbell_channel
+from webhooks.publishing import _redis, doorbell_channel, publish
 
 logger = logging.getLogger("herald.relay")
 
@@ -38,30 +38,36 @@ UPDATE {_DELIVERY} SET enqueued_at = now()
                ORDER BY d.next_attempt_at
                LIMIT %(batch)s
                  FOR UPDATE SKIP LOCKED)
-RETURNING id, attempt_count, enqueued_at
+RETURNING id, attempt_count > 0, enqueued_at
 """
 
 
-def deliveries_relay(*, batch: int | None = None, seconds: float | None = None) -> list[str]:
-    """Publish every due, unpublished delivery (see the module doc), batch after batch while they come
-    full, for up to `seconds` (WEBHOOK_DISPATCH_SECONDS); the ids published."""
-    batch = batch or settings.WEBHOOK_DISPATCH_BATCH
-    deadline = time.monotonic() + (settings.WEBHOOK_DISPATCH_SECONDS if seconds is None else seconds)
+def deliveries_relay(*, batch: int | None = None) -> list[str]:
+    """Publish every due, unpublished delivery (see the module doc); the ids published."""
+    return publish_in_batches(_RELAY_SQL, {"batch": batch or settings.WEBHOOK_DISPATCH_BATCH})
+
+
+def publish_in_batches(sql: str, params: dict) -> list[str]:
+    """Run `sql`, which marks up to `params["batch"]` deliveries published and returns (id, for the
+    periodic queue?, enqueued_at) for each, and publish them in one round trip to the broker; again at
+    once while batches come full, for up to WEBHOOK_DISPATCH_SECONDS. The ids published.
+
+    If the broker fails after a batch is marked, its rows look published: once their messages are
+    overdue the dispatcher finds them lost and publishes them again.
+    """
+    main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
+    deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
     published: list[str] = []
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_RELAY_SQL, {"batch": batch})
+            cursor.execute(sql, params)
             rows = cursor.fetchall()
         if rows:
             mark = max(row[2] for row in rows)
-            first = [row[0] for row in rows if row[1] == 0]
-            retries = [row[0] for row in rows if row[1] > 0]
-            # If the broker fails now, the rows look published: once their message is overdue the
-            # dispatcher finds them lost and publishes them again.
-            deliveries_enqueue(delivery_ids=first, wait=True, mark=mark)
-            deliveries_enqueue(delivery_ids=retries, queue=settings.HERALD_PERIODIC_QUEUE, wait=True, mark=mark)
+            publish([(queue, ids, mark) for queue, ids in (
+                (main, [row[0] for row in rows if not row[1]]), (periodic, [row[0] for row in rows if row[1]])) if ids])
             published += [row[0] for row in rows]
-        if len(rows) < batch or time.monotonic() >= deadline:
+        if len(rows) < params["batch"] or time.monotonic() >= deadline:
             return published
 
 

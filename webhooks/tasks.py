@@ -11,23 +11,23 @@ def deliver(delivery_id: str) -> None:
     """Send one attempt of a delivery if it is due and free (claimed with a lease); in a threaded worker
     by handing it to its engine, which sends every thread's attempts together. Herald now publishes
     `deliver_many`; this one still serves messages published by earlier versions."""
-    running = engine.running()
-    if running is not None:
-        running.submit(delivery_id)
-    else:
-        delivery_service.delivery_attempt(delivery_id=delivery_id)
+    _deliver(delivery_id)
 
 
 @shared_task(name="webhooks.deliver_many", ignore_result=True)
 def deliver_many(delivery_ids: list[str], queue: str, mark: str) -> None:
     """`deliver` for each of a message's ids; then report the message's mark as the queue's progress."""
-    running = engine.running()
     for delivery_id in delivery_ids:
-        if running is not None:
-            running.submit(delivery_id)
-        else:
-            delivery_service.delivery_attempt(delivery_id=delivery_id)
+        _deliver(delivery_id)
     progress.consumed(queue=queue, mark=parse_datetime(mark))
+
+
+def _deliver(delivery_id: str) -> None:
+    running = engine.running()
+    if running is not None:
+        running.submit(delivery_id)
+    else:
+        delivery_service.delivery_attempt(delivery_id=delivery_id)
 
 
 @shared_task(name="webhooks.dispatch_due", ignore_result=True)

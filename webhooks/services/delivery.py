@@ -29,7 +29,7 @@ from django.utils import timezone
 from webhooks import breaker, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, Endpoint
-from webhooks.publishing import broker_backlog, deliveries_enqueue, doorbell
+from webhooks.publishing import broker_backlog, deliveries_enqueue, publisher
 from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
 
@@ -94,7 +94,7 @@ WITH lost AS (
 )
 UPDATE {_DELIVERY} SET enqueued_at = now(), next_attempt_at = now()
  WHERE id IN (SELECT id FROM lost UNION SELECT id FROM orphaned)
-RETURNING id, enqueued_at
+RETURNING id, true, enqueued_at
 """
 
 # Beat: a tripped endpoint whose pause is over gets its probe: its oldest parked delivery goes back
@@ -436,7 +436,7 @@ def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
     A full batch is followed by another at once, for up to WEBHOOK_DISPATCH_SECONDS, so a burst of
     retries coming due goes out at the workers' pace, not one batch per beat interval.
     """
-    from webhooks.relay import deliveries_relay
+    from webhooks.relay import deliveries_relay, publish_in_batches
 
     try:
         backlog = broker_backlog()
@@ -447,22 +447,10 @@ def deliveries_dispatch_due(*, batch: int | None = None) -> list[str]:
     ids = deliveries_relay(batch=batch)
     main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
     cutoffs = _lost_cutoffs(backlog, progress.consumed_marks())
-    params = {"batch": batch, "cutoff": max(cutoffs.values()), "cutoff_main": cutoffs[main],
-              "cutoff_periodic": cutoffs[periodic]}
-    deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
-    while True:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_DISPATCH_SQL, params)
-            rows = cursor.fetchall()
-        # Re-publications go to the periodic queue, which workers serve in turn with the main one: a
-        # backlog of fresh events cannot hold them back. If the broker fails now they look lost again
-        # once the cutoff passes them, and a later run publishes them again.
-        if rows:
-            deliveries_enqueue(delivery_ids=[row[0] for row in rows], queue=periodic, wait=True,
-                               mark=max(row[1] for row in rows))
-        ids += [row[0] for row in rows]
-        if len(rows) < batch or time.monotonic() >= deadline:
-            break
+    # Re-publications go to the periodic queue (the SQL says so for every row), which workers serve in
+    # turn with the main one: a backlog of fresh events cannot hold them back.
+    ids += publish_in_batches(_DISPATCH_SQL, {"batch": batch, "cutoff": max(cutoffs.values()),
+                                              "cutoff_main": cutoffs[main], "cutoff_periodic": cutoffs[periodic]})
     with connection.cursor() as cursor:
         cursor.execute(_WAKE_PROBES_SQL)
         woken = [row[0] for row in cursor.fetchall()]
@@ -491,7 +479,7 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=None, parked_at=None,
              updated_at=now)
     if updated:
-        transaction.on_commit(doorbell.ring, robust=True)
+        transaction.on_commit(publisher.ring, robust=True)
     delivery.refresh_from_db()
     return delivery
 

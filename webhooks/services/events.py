@@ -11,7 +11,7 @@ from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
-from webhooks.publishing import doorbell
+from webhooks.publishing import publisher
 
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
@@ -67,7 +67,7 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
                                     status=Delivery.PENDING, next_attempt_at=created_at)
                            for delivery_id, endpoint_id in rows]
     if rows:
-        transaction.on_commit(doorbell.ring, robust=True)
+        transaction.on_commit(publisher.ring, robust=True)
     return event
 
 
