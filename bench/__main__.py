@@ -129,13 +129,15 @@ class Bench:
     def cancel_backlog(self):
         from django.db import connection
 
-        from webhooks.models import Delivery
+        from webhooks.models import Delivery, DeliveryOutbox
 
         Delivery.objects.filter(status=Delivery.PENDING).update(status=Delivery.CANCELLED)
+        DeliveryOutbox.objects.all().delete()
         self.purge_queue()
         # Leave no autovacuum of the rows just written to run during the next measurement.
         with connection.cursor() as cursor:
-            cursor.execute("VACUUM ANALYZE webhooks_delivery, webhooks_event, intake_idempotencykey")
+            cursor.execute("VACUUM ANALYZE webhooks_delivery, webhooks_deliveryoutbox, webhooks_event, "
+                           "intake_idempotencykey")
             cursor.execute("CHECKPOINT")
 
     # --- delivery ----------------------------------------------------------------------------
@@ -162,7 +164,8 @@ class Bench:
 
         with connection.cursor() as cursor:
             cursor.execute("SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables "
-                           "WHERE relname IN ('webhooks_delivery', 'webhooks_deliverylease', 'webhooks_deliveryattempt')")
+                           "WHERE relname IN ('webhooks_delivery', 'webhooks_deliverylease', 'webhooks_deliveryattempt', "
+                           "'webhooks_deliveryoutbox')")
             return {name: {"inserted": ins, "updated": upd, "hot_updated": hot, "deleted": dele}
                     for name, ins, upd, hot, dele in cursor.fetchall()}
 
@@ -515,8 +518,8 @@ class Bench:
         events_needed = (waiting + due + backlog) // 100 + 1
         with connection.cursor() as cursor:
             cursor.execute("""
-                INSERT INTO webhooks_event (id, tenant_id, type, data, channels, payload, request_id, created_at)
-                SELECT 'evt_bench' || lpad(g::text, 10, '0'), %s, 'invoice.paid', '{}'::jsonb, '{}',
+                INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
+                SELECT 'evt_bench' || lpad(g::text, 10, '0'), %s, 'invoice.paid', '{}',
                        '{"type":"invoice.paid","timestamp":"2026-01-01T00:00:00Z","data":{}}'::bytea, '',
                        now() - interval '1 hour'
                   FROM generate_series(1, %s) g""", [tenant.pk, events_needed])
@@ -524,13 +527,12 @@ class Bench:
             # now, then the `backlog`: first attempts published ten minutes ago, waiting in the main queue.
             cursor.execute("""
                 INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
-                                               next_attempt_at, enqueued_at, created_at, updated_at)
+                                               next_attempt_at, created_at, updated_at)
                 SELECT 'dlv_bench' || lpad(r::text, 10, '0'), %(tenant)s, e.id, ep.id, 'pending',
                        CASE WHEN r <= %(waiting)s + %(due)s THEN 1 ELSE 0 END,
                        CASE WHEN r <= %(waiting)s THEN now() + interval '1 hour'
                             WHEN r <= %(waiting)s + %(due)s THEN now() - interval '1 second'
                             ELSE now() - interval '10 minutes' END,
-                       CASE WHEN r <= %(waiting)s + %(due)s THEN NULL ELSE now() - interval '10 minutes' END,
                        now() - interval '10 minutes', now()
                   FROM (SELECT e.id AS event_id, ep.id AS endpoint_id,
                                row_number() OVER (ORDER BY e.id, ep.id) AS r
@@ -539,9 +541,16 @@ class Bench:
                   JOIN webhooks_event e ON e.id = x.event_id JOIN webhooks_endpoint ep ON ep.id = x.endpoint_id
                  WHERE r <= %(total)s""", {"tenant": tenant.pk, "waiting": waiting, "due": due,
                                             "total": waiting + due + backlog})
+            # their outbox rows, as records of failed attempts and the relay's publishing left them
+            cursor.execute("""
+                INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
+                SELECT id, next_attempt_at, CASE WHEN attempt_count = 0 THEN next_attempt_at END, attempt_count > 0
+                  FROM webhooks_delivery WHERE id LIKE 'dlv_bench%%'""")
             cursor.execute("VACUUM ANALYZE webhooks_delivery")
-            cursor.execute("""SELECT id FROM webhooks_delivery WHERE tenant_id = %s AND enqueued_at IS NOT NULL
-                              AND status = 'pending' ORDER BY id""", [tenant.pk])
+            cursor.execute("VACUUM ANALYZE webhooks_deliveryoutbox")
+            cursor.execute("""SELECT delivery_id FROM webhooks_deliveryoutbox
+                               WHERE delivery_id LIKE 'dlv_bench%%' AND published_at IS NOT NULL
+                               ORDER BY delivery_id""")
             backlog_ids = [row[0] for row in cursor.fetchall()]
         # The backlog's messages wait in the main queue; the workers have consumed up to twenty minutes
         # ago (they are busy with older work): the backlog is still waiting, not lost.
@@ -595,8 +604,8 @@ class Bench:
         print(f"dispatch: {due:,} retries sent at {drained['per_second']:.0f}/s by two workers; after a queue "
               f"flush the next run republished {recovered_backlog:,} of the {len(backlog_ids):,} backlog", flush=True)
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_delivery, "
-                           "webhooks_event CASCADE")
+            cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
+                           "webhooks_delivery, webhooks_event CASCADE")
 
     @staticmethod
     def _db_now():

@@ -61,7 +61,8 @@ class Db:
         """Event ids per client key (every event the suite posts carries its key in data.key); Herald's own
         operational events (`herald.…`), which no client posted, are left out."""
         out: dict[str, list[str]] = defaultdict(list)
-        for key, event_id in self.rows("SELECT data->>'key', id FROM webhooks_event WHERE tenant_id = %s "
+        for key, event_id in self.rows("SELECT convert_from(payload, 'UTF8')::jsonb #>> '{data,key}', id "
+                                       "FROM webhooks_event WHERE tenant_id = %s "
                                        "AND type NOT LIKE 'herald.%%' ORDER BY id", (tenant_id,)):
             out[key].append(event_id)
         return dict(out)

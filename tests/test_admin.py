@@ -15,7 +15,7 @@ from django.urls import reverse
 from intake.credentials import credential_from_authorization
 from intake.models import ApiCredential, IdempotencyKey
 from tests.conftest import make_api
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, EndpointSecret, Event, Tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,8 +42,8 @@ def _make_failed(delivery: Delivery) -> None:
     for number, status in enumerate([500, 503, 500, 502], start=1):
         DeliveryAttempt.objects.create(delivery=delivery, number=number, started_at=timezone.now(), duration_ms=12,
                                        response_status=status, response_body=f"boom {number}")
-    Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.FAILED, attempt_count=4, next_attempt_at=None,
-                                                   enqueued_at=None)
+    Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.FAILED, attempt_count=4, next_attempt_at=None)
+    DeliveryOutbox.objects.filter(delivery=delivery).delete()
 
 
 def _url(model, view="changelist", *args) -> str:

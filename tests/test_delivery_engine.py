@@ -9,13 +9,14 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from tests.conftest import create_endpoint, wait_until
 from tests.receiver import Answer
 from webhooks import transport
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, Event
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, Event
 from webhooks.services.delivery import (delivery_attempt, delivery_claim, delivery_record,
                                         deliveries_dispatch_due)
 from webhooks.services.endpoints import endpoint_delete, endpoint_update
@@ -60,7 +61,8 @@ def test_a_delivery_over_the_cap_is_parked_without_an_attempt_and_handed_on_when
 
     # then it is parked: no request, no attempt, no retry step, out of every queue
     waiting = Delivery.objects.get(pk=second)
-    assert waiting.parked_at is not None and waiting.enqueued_at is None and waiting.attempt_count == 0
+    assert waiting.parked_at is not None and waiting.attempt_count == 0
+    assert not DeliveryOutbox.objects.filter(delivery=waiting).exists()
     assert not DeliveryAttempt.objects.filter(delivery_id=second).exists()
     assert receiver.received == []
     assert deliveries_dispatch_due() == []  # beat leaves a parked delivery alone
@@ -153,6 +155,12 @@ def test_raising_the_cap_hands_parked_deliveries_on_at_once(api, receiver, broke
     assert response.status_code == 200 and response.json()["max_in_flight"] == 3
     assert _parked(ids) == {ids[3]}  # one slot is still taken by the attempt in flight
     assert sorted(broker.delivery_ids()) == ids[1:3]
+    # handed on means published: if that message is lost, beat's dispatcher sends it again
+    handed = DeliveryOutbox.objects.filter(delivery_id__in=ids[1:3], published_at__isnull=False, periodic=True)
+    assert handed.count() == 2
+    broker.clear()
+    handed.update(published_at=timezone.now() - timedelta(seconds=settings.WEBHOOK_REDISPATCH_AFTER_SECONDS + 1))
+    assert sorted(deliveries_dispatch_due()) == ids[1:3]
 
 
 def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
@@ -164,6 +172,7 @@ def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
     assert api.patch(f"endpoints/{endpoint['id']}", {"enabled": False}).status_code == 200
     statuses = dict(Delivery.objects.filter(pk__in=ids).values_list("id", "status"))
     assert statuses == {ids[0]: "pending", ids[1]: "failed", ids[2]: "failed"}  # the one in flight finishes
+    assert not DeliveryOutbox.objects.filter(delivery_id__in=ids).exists()  # nothing left to publish
     _send(claim)
     body = api.patch(f"endpoints/{endpoint['id']}", {"enabled": True}).json()
     assert body["health"] == {"state": "healthy", "consecutive_failures": 0, "failing_since": None,

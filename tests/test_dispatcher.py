@@ -15,7 +15,7 @@ from django.utils import timezone
 from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_worker
 from webhooks import progress
-from webhooks.models import Delivery, DeliveryLease, QueueProgress
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, QueueProgress
 from webhooks.publishing import deliveries_enqueue
 from webhooks.relay import _RELAY_SQL
 from webhooks.services.delivery import deliveries_dispatch_due
@@ -30,9 +30,10 @@ def _deliveries(api, count):
 
 
 def _published_ago(ids, seconds):
-    """As if these had been published `seconds` ago (first attempts: enqueued_at = created_at)."""
+    """As if these first attempts had been created and published `seconds` ago."""
     at = timezone.now() - timedelta(seconds=seconds)
-    Delivery.objects.filter(pk__in=ids).update(created_at=at, enqueued_at=at, next_attempt_at=at)
+    Delivery.objects.filter(pk__in=ids).update(created_at=at, next_attempt_at=at)
+    assert DeliveryOutbox.objects.filter(delivery_id__in=ids).update(due_at=at, published_at=at) == len(ids)
 
 
 def test_a_backlog_in_a_queue_is_left_alone_however_its_ids_are_grouped(api, broker, settings):
@@ -75,28 +76,33 @@ def test_due_retries_go_out_in_full_batches_within_one_run_and_later_ones_are_no
     ids = _deliveries(api, 25)
     broker.clear()
     now = timezone.now()
-    # twenty retries have come due, five are scheduled for later (a record cleared enqueued_at)
-    Delivery.objects.filter(pk__in=ids[:20]).update(enqueued_at=None, next_attempt_at=now - timedelta(seconds=1))
-    Delivery.objects.filter(pk__in=ids[20:]).update(enqueued_at=None, next_attempt_at=now + timedelta(hours=1))
+    # twenty retries have come due, five are scheduled for later (as a record of a failed attempt leaves them)
+    for some, at in ((ids[:20], now - timedelta(seconds=1)), (ids[20:], now + timedelta(hours=1))):
+        Delivery.objects.filter(pk__in=some).update(attempt_count=1, next_attempt_at=at)
+        DeliveryOutbox.objects.filter(delivery_id__in=some).update(due_at=at, published_at=None, periodic=True)
     counter = _Counter()
     with connection.execute_wrapper(counter):
         published = deliveries_dispatch_due(batch=6)
     assert sorted(published) == sorted(ids[:20])
     assert counter.relayed == 4  # batches of 6, 6, 6 and 2, one after the other
-    assert Delivery.objects.filter(pk__in=ids[20:], enqueued_at__isnull=True).count() == 5
-    assert sorted(broker.delivery_ids()) == sorted(ids[:20])
+    assert DeliveryOutbox.objects.filter(delivery_id__in=ids[20:], published_at__isnull=True).count() == 5
+    # retries, so in the periodic queue
+    assert sorted(i for _, args in broker.published(settings.HERALD_PERIODIC_QUEUE) for i in args[0]) == sorted(ids[:20])
 
 
 def test_a_delivery_whose_worker_died_is_published_again_when_its_lease_runs_out(api, broker):
     create_endpoint(api, "https://a.example.com/")
     (delivery_id,) = _deliveries(api, 1)
     broker.clear()
-    delivery = Delivery.objects.get(pk=delivery_id)
-    # claimed a moment ago: no window has passed, the queue is empty, but its lease ran out
-    DeliveryLease.objects.create(delivery=delivery, endpoint_id=delivery.endpoint_id,
-                                 until=timezone.now() - timedelta(seconds=1))
+    # claimed a moment ago (with a lease that has already run out) by a worker that died since
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT go FROM herald_delivery_claim(%s, -1, 10)", [delivery_id])
+        assert cursor.fetchone() == (True,)
+    assert not DeliveryOutbox.objects.filter(delivery_id=delivery_id).exists()  # its message has arrived
     assert deliveries_dispatch_due() == [delivery_id]
     assert not DeliveryLease.objects.exists()
+    assert DeliveryOutbox.objects.get(delivery_id=delivery_id).published_at is not None
+    assert deliveries_dispatch_due() == []  # published once, not on every run
 
 
 def test_a_worker_reports_how_far_it_has_consumed_each_queue(api, receiver, processes):

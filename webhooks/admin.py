@@ -127,7 +127,7 @@ class EventAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     search_fields = ("id__exact",)
     search_help_text = "An exact event id (evt_…)."
     show_full_result_count = False
-    changelist_defer = ("data", "payload")
+    changelist_defer = ("payload",)
     fields = ("id", "tenant", "type", "channels", "created_at", "request_id", "data", "payload_text")
     readonly_fields = fields
     inlines = [DeliveryInline]
@@ -168,9 +168,9 @@ class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     search_fields = ("id__exact", "event__id__exact")
     search_help_text = "An exact delivery id (dlv_…) or event id (evt_…)."
     show_full_result_count = False
-    changelist_defer = ("event__data", "event__payload")
+    changelist_defer = ("event__payload",)
     fields = ("id", "tenant", "event", "endpoint", "status", "retry", "attempt_count", "next_attempt_at",
-              "in_flight_until", "parked_at", "enqueued_at", "created_at", "updated_at")
+              "in_flight_until", "parked_at", "created_at", "updated_at")
     readonly_fields = fields
     actions = ["retry_failed_deliveries"]
     inlines = [DeliveryAttemptInline]

@@ -1,12 +1,13 @@
 """The relay: publishes the tasks of deliveries that are due and not yet published, from PostgreSQL.
 
-A delivery is written due and unpublished (`enqueued_at` NULL) by intake, by a failed attempt's
-record (its retry, once `next_attempt_at` comes) and by a manual retry. Every threaded worker runs a
-relay thread that wakes when the doorbell rings (a Redis message sent after each intake commit, see
-webhooks/publishing.py) and otherwise every WEBHOOK_RELAY_POLL_SECONDS, and publishes what is due,
-oldest first, in batches: one UPDATE marks a batch published (`FOR UPDATE SKIP LOCKED`, so relays
-of several workers share the work and never publish a delivery twice) and its ids go out as
-`webhooks.deliver_many` messages: first attempts to the main queue, retries to the periodic one.
+A delivery that needs a message has a row in the outbox (webhooks_deliveryoutbox, see DeliveryOutbox),
+written due and unpublished by intake, by a failed attempt's record (its retry, due at
+`next_attempt_at`) and by a manual retry. Every threaded worker runs a relay thread that wakes when the
+doorbell rings (a Redis message sent after each intake commit, see webhooks/publishing.py) and
+otherwise every WEBHOOK_RELAY_POLL_SECONDS, and publishes what is due, oldest first, in batches: one
+UPDATE marks a batch's rows published (`FOR UPDATE SKIP LOCKED`, so relays of several workers share
+the work and never publish a delivery twice) and its ids go out as `webhooks.deliver_many` messages:
+first attempts to the main queue, retries to the periodic one.
 
 Beat's dispatcher runs the same step, so deliveries still go out with no relay running (a prefork
 worker runs none), at its interval instead of at once.
@@ -20,25 +21,27 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
-from webhooks.models import Delivery, DeliveryLease
+from webhooks.models import DeliveryLease, DeliveryOutbox
 from webhooks.publishing import _redis, doorbell_channel, publish
 
 logger = logging.getLogger("herald.relay")
 
-_DELIVERY = Delivery._meta.db_table
-# delivery_due holds exactly these rows: pending, not parked, not published; due ones first. One held
-# by a worker (claimed without a message: the engine's hand-on) is that worker's.
+_OUTBOX = DeliveryOutbox._meta.db_table
+# outbox_due holds exactly the unpublished rows, due ones first. One whose delivery a worker holds
+# (a live lease) is that worker's. The ids go through an array so that the outer UPDATE finds each
+# row by its key (an IN over the subquery was planned as a hash join over the whole table once the
+# batch grew).
 _RELAY_SQL = f"""
-UPDATE {_DELIVERY} SET enqueued_at = now()
- WHERE id IN (SELECT d.id FROM {_DELIVERY} d
-               WHERE d.status = 'pending' AND d.parked_at IS NULL AND d.enqueued_at IS NULL
-                 AND d.next_attempt_at <= now()
-                 AND NOT EXISTS (SELECT 1 FROM {DeliveryLease._meta.db_table} l
-                                  WHERE l.delivery_id = d.id AND l.until > now())
-               ORDER BY d.next_attempt_at
-               LIMIT %(batch)s
-                 FOR UPDATE SKIP LOCKED)
-RETURNING id, attempt_count > 0, enqueued_at
+UPDATE {_OUTBOX} o SET published_at = now()
+ WHERE o.delivery_id = ANY(ARRAY(
+        SELECT q.delivery_id FROM {_OUTBOX} q
+         WHERE q.published_at IS NULL AND q.due_at <= now()
+           AND NOT EXISTS (SELECT 1 FROM {DeliveryLease._meta.db_table} l
+                            WHERE l.delivery_id = q.delivery_id AND l.until > now())
+         ORDER BY q.due_at
+         LIMIT %(batch)s
+           FOR UPDATE SKIP LOCKED))
+RETURNING o.delivery_id, o.periodic, o.published_at
 """
 
 
@@ -48,8 +51,8 @@ def deliveries_relay(*, batch: int | None = None) -> list[str]:
 
 
 def publish_in_batches(sql: str, params: dict) -> list[str]:
-    """Run `sql`, which marks up to `params["batch"]` deliveries published and returns (id, for the
-    periodic queue?, enqueued_at) for each, and publish them in one round trip to the broker; again at
+    """Run `sql`, which marks up to `params["batch"]` outbox rows published and returns (delivery id, for
+    the periodic queue?, published_at) for each, and publish them in one round trip to the broker; again at
     once while batches come full, for up to WEBHOOK_DISPATCH_SECONDS. The ids published.
 
     If the broker fails after a batch is marked, its rows look published: once their messages are

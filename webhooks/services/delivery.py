@@ -10,7 +10,7 @@ not go now is *parked*: no attempt, no retry step, no worker held. The record, u
 releases the lease and hands the oldest parked delivery on (to the worker's engine, or else into the
 queue). Because both sides hold the lock, a delivery can never park just after the last attempt in
 flight looked for someone to hand its slot to. The claim and the record are PL/pgSQL functions:
-migrations/0007_claim_and_record_functions.py has them and their rules.
+migrations/0007_claim_and_record_functions.py has them and their rules (0009 redefines three for the outbox).
 """
 import contextlib
 import functools
@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from webhooks import breaker, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryLease, Endpoint
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint
 from webhooks.publishing import broker_backlog, deliveries_enqueue, publisher
 from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
@@ -38,6 +38,7 @@ logger = logging.getLogger("herald.delivery")
 _DELIVERY = Delivery._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
 _LEASE = DeliveryLease._meta.db_table
+_OUTBOX = DeliveryOutbox._meta.db_table
 
 # The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
 _LOCK_ENDPOINT_SQL = f"""
@@ -48,7 +49,7 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
  WHERE ep.id = %(endpoint)s
    FOR NO KEY UPDATE
 """
-# The functions are defined, and their rules explained, in migrations/0007_claim_and_record_functions.py.
+# The functions are defined, and their rules explained, in migrations/0007_claim_and_record_functions.py (and 0009).
 _CLAIM_MANY_SQL = "SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)"
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
 # The slow path records under the endpoint lock it already holds, in its own transaction.
@@ -58,43 +59,50 @@ SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(durat
     %(fast)s, %(hand_on)s)
 """
 
-# Besides the relay's step (webhooks/relay.py: what is due and unpublished, new deliveries and retries
-# that have come due), beat's dispatcher publishes again, each found by an index range scan that
-# touches only rows it will publish (a million retries scheduled for later, or a long backlog waiting
-# in a queue, cost nothing):
-# - deliveries whose message was lost: published before their queue's cutoff and never claimed
-#   (delivery_waiting). The cutoff comes from the queue's progress (webhooks/progress.py): queues are
-#   first in, first out, so what was published well before the newest message the workers consumed
-#   is no longer in the queue; an empty queue holds nothing, so anything published before
-#   WEBHOOK_REDISPATCH_AFTER_SECONDS ago is lost (flush, restart, a worker killed with messages taken).
-#   A first attempt the relay published travelled in the main queue (attempt_count 0, and its
-#   next_attempt_at still its creation time); everything else in the periodic one, and whatever the
-#   dispatcher publishes again is marked so by next_attempt_at = now();
-# - deliveries claimed by a worker that died (their lease ran out with no record).
+# Besides the relay's step (webhooks/relay.py: the outbox's due, unpublished rows: new deliveries and
+# retries that have come due), beat's dispatcher publishes again, each found by an index range scan
+# that touches only rows it will publish (a million retries scheduled for later, or a long backlog
+# waiting in a queue, cost nothing):
+# - deliveries whose message was lost: published before their queue's cutoff and never claimed (a
+#   claim deletes the outbox row; outbox_published). The cutoff comes from the queue's progress
+#   (webhooks/progress.py): queues are first in, first out, so what was published well before the
+#   newest message the workers consumed is no longer in the queue; an empty queue holds nothing, so
+#   anything published before WEBHOOK_REDISPATCH_AFTER_SECONDS ago is lost (flush, restart, a worker
+#   killed with messages taken). The row's `periodic` says which queue its message went to; whatever
+#   the dispatcher publishes again goes to the periodic one;
+# - deliveries claimed by a worker that died (their lease ran out with no record; the claim had
+#   deleted their outbox row, so they get one again).
 # A parked delivery is in no queue and not the dispatcher's business: its endpoint hands it on.
 _DISPATCH_SQL = f"""
 WITH lost AS (
-    SELECT d.id FROM {_DELIVERY} d
-     WHERE d.status = 'pending' AND d.enqueued_at IS NOT NULL AND d.enqueued_at < %(cutoff)s
-       AND d.parked_at IS NULL AND d.next_attempt_at <= now()
-       AND CASE WHEN d.attempt_count = 0 AND d.next_attempt_at = d.created_at THEN d.enqueued_at < %(cutoff_main)s
-                ELSE d.enqueued_at < %(cutoff_periodic)s END
-       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = d.id AND l.until > now())
-     ORDER BY d.enqueued_at
+    SELECT o.delivery_id FROM {_OUTBOX} o
+     WHERE o.published_at < %(cutoff)s
+       AND CASE WHEN o.periodic THEN o.published_at < %(cutoff_periodic)s
+                ELSE o.published_at < %(cutoff_main)s END
+       AND NOT EXISTS (SELECT 1 FROM {_LEASE} l WHERE l.delivery_id = o.delivery_id AND l.until > now())
+     ORDER BY o.published_at
      LIMIT %(batch)s
-     FOR UPDATE OF d SKIP LOCKED
+     FOR UPDATE SKIP LOCKED
+), republished AS (
+    UPDATE {_OUTBOX} o SET published_at = now(), periodic = true
+     WHERE o.delivery_id = ANY(ARRAY(SELECT delivery_id FROM lost))
+    RETURNING o.delivery_id, o.periodic, o.published_at
 ), orphaned AS (
     SELECT d.id FROM {_LEASE} l JOIN {_DELIVERY} d ON d.id = l.delivery_id
      WHERE l.until <= now() AND d.status = 'pending' AND d.parked_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM {_OUTBOX} o WHERE o.delivery_id = d.id)
      LIMIT %(batch)s
      FOR UPDATE OF d SKIP LOCKED
+), rescued AS (
+    INSERT INTO {_OUTBOX} AS o (delivery_id, due_at, published_at, periodic)
+    SELECT id, now(), now(), true FROM orphaned
+    ON CONFLICT (delivery_id) DO NOTHING
+    RETURNING o.delivery_id, o.periodic, o.published_at
 ), expired AS (
     -- leases whose worker died: taken into account above, and of no use to anyone any more
     DELETE FROM {_LEASE} WHERE until <= now()
 )
-UPDATE {_DELIVERY} SET enqueued_at = now(), next_attempt_at = now()
- WHERE id IN (SELECT id FROM lost UNION SELECT id FROM orphaned)
-RETURNING id, true, enqueued_at
+SELECT * FROM republished UNION ALL SELECT * FROM rescued
 """
 
 # Beat: a tripped endpoint whose pause is over gets its probe: its oldest parked delivery goes back
@@ -104,12 +112,18 @@ WITH ready AS (
     SELECT id FROM {_ENDPOINT}
      WHERE tripped_at IS NOT NULL AND next_probe_at <= now() AND enabled AND deleted_at IS NULL
        FOR NO KEY UPDATE SKIP LOCKED
+), woken AS (
+    UPDATE {_DELIVERY} SET parked_at = NULL, updated_at = now()
+     WHERE id IN (SELECT (SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = ready.id AND d.parked_at IS NOT NULL
+                           ORDER BY d.id LIMIT 1)
+                    FROM ready)
+    RETURNING id
+), published AS (
+    INSERT INTO {_OUTBOX} AS o (delivery_id, due_at, published_at, periodic)
+    SELECT id, now(), now(), true FROM woken
+    ON CONFLICT (delivery_id) DO UPDATE SET published_at = now(), periodic = true
 )
-UPDATE {_DELIVERY} SET parked_at = NULL, enqueued_at = now(), updated_at = now()
- WHERE id IN (SELECT (SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = ready.id AND d.parked_at IS NOT NULL
-                       ORDER BY d.id LIMIT 1)
-                FROM ready)
-RETURNING id
+SELECT id FROM woken
 """
 
 # Beat's safety net: an endpoint with parked deliveries and no attempt in flight has no one to hand
@@ -476,9 +490,10 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     now = timezone.now()
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
-    ).update(status=Delivery.PENDING, next_attempt_at=now, enqueued_at=None, parked_at=None,
-             updated_at=now)
+    ).update(status=Delivery.PENDING, next_attempt_at=now, parked_at=None, updated_at=now)
     if updated:
+        DeliveryOutbox.objects.update_or_create(delivery_id=delivery.pk, defaults={
+            "due_at": now, "published_at": None, "periodic": True})
         transaction.on_commit(publisher.ring, robust=True)
     delivery.refresh_from_db()
     return delivery

@@ -8,7 +8,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from webhooks import event_types
-from webhooks.models import Delivery, DeliveryLease, Endpoint, EndpointSecret, Tenant
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Tenant
 from webhooks.publishing import deliveries_enqueue
 from webhooks.services.events import event_emit_operational
 from webhooks.signing import generate_secret
@@ -26,7 +26,7 @@ _ENDPOINT = Endpoint._meta.db_table
 
 # Parked deliveries of one endpoint go back into a queue, oldest first, as many as the endpoint has
 # room for now (free slots, one for fifo, one if its throttle allows, none while tripped): see the
-# function in migrations/0007. The caller holds the endpoint's row lock, which every claim and record
+# function in migrations/0009. The caller holds the endpoint's row lock, which every claim and record
 # of that endpoint takes too, so the room cannot change underneath.
 HAND_ON_SQL = "SELECT unnest(herald_endpoint_hand_on(%(endpoint)s, %(default_cap)s, %(limit)s))"
 
@@ -114,8 +114,16 @@ def endpoint_hand_on(*, endpoint: Endpoint) -> list[str]:
 def _fail_waiting(*, endpoint_id: str) -> int:
     """A disabled endpoint receives nothing: what waits for it (not in flight) is failed now."""
     in_flight = DeliveryLease.objects.filter(delivery=OuterRef("pk"), until__gt=Now())
-    return Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).exclude(Exists(in_flight)).update(
-        status=Delivery.FAILED, next_attempt_at=None, parked_at=None, enqueued_at=None, updated_at=Now())
+    failed = Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).exclude(
+        Exists(in_flight)).update(status=Delivery.FAILED, next_attempt_at=None, parked_at=None, updated_at=Now())
+    _drop_outbox(endpoint_id=endpoint_id)
+    return failed
+
+
+def _drop_outbox(*, endpoint_id: str) -> None:
+    """The outbox rows of the endpoint's deliveries that are no longer pending have nothing to publish."""
+    DeliveryOutbox.objects.filter(delivery__endpoint_id=endpoint_id).exclude(
+        delivery__status=Delivery.PENDING).delete()
 
 
 @transaction.atomic
@@ -139,8 +147,10 @@ def endpoint_delete(*, endpoint: Endpoint) -> int:
     """Soft-delete the endpoint (its delivery history stays readable) and cancel what is pending."""
     now = timezone.now()
     Endpoint.objects.filter(pk=endpoint.pk).update(deleted_at=now, enabled=False, updated_at=now)
-    return Delivery.objects.filter(endpoint=endpoint, status=Delivery.PENDING).update(
+    cancelled = Delivery.objects.filter(endpoint=endpoint, status=Delivery.PENDING).update(
         status=Delivery.CANCELLED, next_attempt_at=None, parked_at=None, updated_at=now)
+    _drop_outbox(endpoint_id=endpoint.pk)
+    return cancelled
 
 
 @transaction.atomic

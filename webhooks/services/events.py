@@ -1,5 +1,4 @@
 """Event intake: record the event, fan it out to matching endpoints, ring the relays' doorbell after commit."""
-import json
 from datetime import datetime
 from typing import Any
 
@@ -9,20 +8,20 @@ from django.utils import timezone
 from webhooks import ids
 from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, Endpoint, Event, Tenant
+from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
 from webhooks.publishing import publisher
 
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
 # event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
-# endpoint's rank, so they stay unique and time-ordered without a round trip per id. An operational
-# event (`herald.…`, SPEC §8) goes only to endpoints whose `event_types` name it, whatever their channels.
+# endpoint's rank, so they stay unique and time-ordered without a round trip per id; each gets its
+# outbox row, due now and unpublished. An operational event (`herald.…`, SPEC §8) goes only to
+# endpoints whose `event_types` name it, whatever their channels.
 _INGEST_SQL = f"""
 WITH event AS (
-    INSERT INTO {Event._meta.db_table} (id, tenant_id, type, data, channels, payload, request_id, created_at)
-    VALUES (%(event_id)s, %(tenant)s, %(type)s, %(data)s::jsonb, %(channels)s::varchar[], %(payload)s,
-            %(request_id)s, %(now)s)
+    INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, created_at)
+    VALUES (%(event_id)s, %(tenant)s, %(type)s, %(channels)s::varchar[], %(payload)s, %(request_id)s, %(now)s)
     RETURNING id
 ), matched AS (
     SELECT id, row_number() OVER (ORDER BY id) AS rank
@@ -30,14 +29,18 @@ WITH event AS (
      WHERE tenant_id = %(tenant)s AND enabled AND deleted_at IS NULL
        AND ((event_types = '{{}}' AND NOT %(reserved)s) OR event_types && %(patterns)s::varchar[])
        AND (channels = '{{}}' OR channels && %(channels)s::varchar[] OR %(reserved)s)
+), deliveries AS (
+    INSERT INTO {Delivery._meta.db_table}
+        (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
+    SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id FROM event), matched.id,
+           'pending', 0, %(now)s, %(now)s, %(now)s
+      FROM matched
+    RETURNING id, endpoint_id
+), outbox AS (
+    INSERT INTO {DeliveryOutbox._meta.db_table} (delivery_id, due_at, published_at, periodic)
+    SELECT id, %(now)s, NULL, false FROM deliveries
 )
-INSERT INTO {Delivery._meta.db_table}
-    (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, enqueued_at, created_at,
-     updated_at)
-SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id FROM event), matched.id,
-       'pending', 0, %(now)s, NULL, %(now)s, %(now)s
-  FROM matched
-RETURNING id, endpoint_id
+SELECT id, endpoint_id FROM deliveries
 """
 
 
@@ -45,18 +48,19 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
                  now: datetime | None = None) -> Event:
     """Create the event and one pending delivery per matching endpoint in the caller's transaction.
 
-    The rows are the outbox: due and not yet published (`enqueued_at` NULL). Once the transaction
+    Each delivery gets its outbox row, due now and not yet published. Once the transaction
     commits, the relays' doorbell rings (from a background thread: the request does not wait), and a
     worker's relay publishes their tasks (webhooks/relay.py); without a doorbell, the relays' own
     polling and beat's dispatcher find them.
     """
     created_at = now or timezone.now()
-    event = Event(id=ids.event_id(), tenant_id=tenant.pk, type=event_type, data=data, channels=channels,
+    event = Event(id=ids.event_id(), tenant_id=tenant.pk, type=event_type, channels=channels,
                   created_at=created_at, request_id=request_id.get(),
                   payload=build_payload(event_type=event_type, created_at=created_at, data=data))
+    event.__dict__["_data"] = data  # Event.data, without parsing the body just built
     with connection.cursor() as cursor:
         cursor.execute(_INGEST_SQL, {
-            "event_id": event.id, "tenant": tenant.pk, "type": event_type, "data": json.dumps(data),
+            "event_id": event.id, "tenant": tenant.pk, "type": event_type,
             "channels": channels, "payload": event.payload, "request_id": event.request_id, "now": created_at,
             "patterns": matching_patterns(event_type), "reserved": is_reserved(event_type),
             "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
