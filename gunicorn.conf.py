@@ -18,3 +18,11 @@ threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 keepalive = 5
 backlog = 1024
 timeout = 30
+
+
+def on_starting(server) -> None:
+    """Refuse to start on an unsafe configuration, once, before any worker boots (config/startup.py)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.startup import refuse_unsafe_start
+
+    refuse_unsafe_start("web")

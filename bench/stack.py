@@ -1,5 +1,6 @@
 """Processes for a benchmark run: gunicorn, Celery workers, beat and the receiver, on a fresh database."""
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,6 +24,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_SECRET_KEY = os.environ.get("SECRET_KEY") or "herald-bench-" + secrets.token_urlsafe(32)
+
+
 def base_env(**extra) -> dict:
     env = dict(os.environ)
     env.update({
@@ -32,6 +36,7 @@ def base_env(**extra) -> dict:
         "CELERY_BROKER_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
         "HERALD_QUEUE": "herald-bench",
         "DEBUG": "false",
+        "SECRET_KEY": _SECRET_KEY,  # with DEBUG off Herald refuses to start without a key of its own
         "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
         "LOG_LEVEL": "WARNING",
         "HERALD_LOG_LEVEL": "WARNING",

@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -29,6 +30,8 @@ DB_NAME = "herald_blackbox"
 HERALD_ENV = {
     "DJANGO_SETTINGS_MODULE": "config.settings",
     "DEBUG": "false",
+    # a key of this run's own (with DEBUG off Herald refuses to start without one); every process shares it
+    "SECRET_KEY": os.environ.get("SECRET_KEY") or "herald-blackbox-" + secrets.token_urlsafe(32),
     "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",  # the receivers live on 127.0.0.1
     "WEBHOOK_RETRY_SCHEDULE": "1,1,2",
     "WEBHOOK_RETRY_JITTER": "0.1",

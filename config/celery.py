@@ -15,6 +15,20 @@ def _pool_name(pool_cls) -> str:
 
 
 @signals.worker_init.connect
+def _refuse_unsafe_worker(**kwargs) -> None:
+    from config.startup import refuse_unsafe_start
+
+    refuse_unsafe_start("worker")
+
+
+@signals.beat_init.connect
+def _refuse_unsafe_beat(**kwargs) -> None:
+    from config.startup import refuse_unsafe_start
+
+    refuse_unsafe_start("beat")
+
+
+@signals.worker_init.connect
 def _share_database_connections(sender=None, **kwargs) -> None:
     """A threaded worker's threads share a bounded psycopg pool instead of a connection each.
 

@@ -12,8 +12,14 @@ from config.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = env_str("SECRET_KEY", "herald-dev-secret-key-change-me-in-production-0123456789")
-DEBUG = env_bool("DEBUG", True)
+# Without SECRET_KEY, a development key: with DEBUG off (the default), web, worker and beat refuse to
+# start on it (config/startup.py). scripts/up and the tests set keys of their own.
+DEV_SECRET_KEY = "herald-dev-secret-key-change-me-in-production-0123456789"
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
+DEBUG = env_bool("DEBUG", False)
+# Fernet keys for endpoint secrets at rest (webhooks/crypto.py): the first encrypts, every one decrypts.
+# Unset: one key derived from SECRET_KEY, so set this before you ever change SECRET_KEY.
+HERALD_ENCRYPTION_KEYS = env_list("HERALD_ENCRYPTION_KEYS", "")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 INSTALLED_APPS = [
@@ -71,6 +77,10 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
+# The web process's queries are cut after this (PostgreSQL's statement_timeout, set for its connections
+# only, by config/wsgi.py), so one slow query cannot hold a worker; 0 = no limit. Workers, beat and
+# management commands (migrations, retention) are not limited.
+WEB_STATEMENT_TIMEOUT_SECONDS = env_float("WEB_STATEMENT_TIMEOUT_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -141,6 +151,13 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 IDEMPOTENCY_RETENTION_SECONDS = env_int("IDEMPOTENCY_RETENTION_SECONDS", 86400)
+# Events older than this whose deliveries are all final are deleted, with their deliveries and
+# attempts (webhooks/services/retention.py), by beat every EVENT_RETENTION_INTERVAL_SECONDS, in
+# batches of EVENT_RETENTION_BATCH events, for up to EVENT_RETENTION_MAX_SECONDS per run.
+EVENT_RETENTION_DAYS = env_int("EVENT_RETENTION_DAYS", 30)
+EVENT_RETENTION_BATCH = env_int("EVENT_RETENTION_BATCH", 1000)
+EVENT_RETENTION_INTERVAL_SECONDS = env_float("EVENT_RETENTION_INTERVAL_SECONDS", 600)
+EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)
 IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_float("IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 30)
 IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 
@@ -174,7 +191,8 @@ HERALD_PERIODIC_QUEUE = CELERY_TASK_DEFAULT_QUEUE + "-periodic"
 CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name)
                            for name in (CELERY_TASK_DEFAULT_QUEUE, HERALD_PERIODIC_QUEUE))
 CELERY_TASK_ROUTES = {name: {"queue": HERALD_PERIODIC_QUEUE} for name in (
-    "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys")}
+    "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys",
+    "webhooks.prune_events")}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -246,4 +264,6 @@ CELERY_BEAT_SCHEDULE = {
                                "options": {"expires": 3600.0}},
     "disable-failing-endpoints": {"task": "webhooks.disable_failing_endpoints", "schedule": 300.0,
                                   "options": {"expires": 300.0}},
+    "prune-events": {"task": "webhooks.prune_events", "schedule": EVENT_RETENTION_INTERVAL_SECONDS,
+                     "options": {"expires": EVENT_RETENTION_INTERVAL_SECONDS}},
 }

@@ -13,6 +13,15 @@ from tests.conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# Every process's output and scratch files: emptied when a test session starts (tests/conftest.py), kept
+# after it for a look at what failed, never left in the machine's temp dir.
+RUN_DIR = ROOT / "tests" / "artifacts" / "run"
+
+
+def run_dir(name: str) -> Path:
+    """A new directory under RUN_DIR."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=RUN_DIR))
 
 
 def free_port() -> int:
@@ -26,7 +35,8 @@ class Process:
 
     def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, timeout: float = 30):
         self.name = name
-        self.log_path = Path(tempfile.mkstemp(prefix=f"herald-{name}-", suffix=".log")[1])
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=RUN_DIR)[1])
         self._log = open(self.log_path, "wb")
         self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
@@ -80,7 +90,7 @@ def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | Non
 
 
 def celery_beat(**env) -> Process:
-    schedule = Path(tempfile.mkdtemp(prefix="herald-beat-")) / "schedule"
+    schedule = run_dir("beat") / "schedule"
     argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
     return Process("beat", argv, subprocess_env(**env), ready="beat: Starting...")
 
@@ -99,7 +109,7 @@ class RedisServer:
 
     def __init__(self):
         self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="herald-redis-")
+        self.dir = str(run_dir("redis"))
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: Process | None = None
 

@@ -3,6 +3,7 @@
 Values go through the environment, so worker and server subprocesses started by tests inherit them.
 """
 import os
+import secrets
 
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("HERALD_QUEUE", f"herald-test-{os.getpid()}")
@@ -14,6 +15,8 @@ os.environ.setdefault("WEBHOOK_LEASE_SECONDS", "4")
 os.environ.setdefault("WEBHOOK_DISPATCH_INTERVAL_SECONDS", "0.5")
 os.environ.setdefault("WEBHOOK_REDISPATCH_AFTER_SECONDS", "2")
 os.environ.setdefault("DEBUG", "false")
+# DEBUG off: Herald's processes refuse to start without a key of their own (config/startup.py).
+os.environ.setdefault("SECRET_KEY", "herald-tests-" + secrets.token_urlsafe(32))
 
 from config.settings import *  # noqa: E402,F403
 

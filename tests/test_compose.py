@@ -31,7 +31,9 @@ ROLE_COMMANDS = {
     "worker": ["celery", "-A", "config", "worker"],
     "beat": ["celery", "-A", "config", "beat"],
 }
-INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+INTERPOLATION = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
+# What a user must set before `docker compose up` (`${VAR:?reason}`), as this module sets it.
+REQUIRED = {"SECRET_KEY": "compose-test-secret-key-" + "k" * 40}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,9 @@ def _argv(command) -> list[str]:
 
 
 def _defaults(value) -> str:
-    """The value Compose gives `${VAR:-default}` when VAR is not set (no .env file)."""
-    return INTERPOLATION.sub(lambda m: m.group(2) or "", str(value))
+    """The value Compose gives `${VAR:-default}` when VAR is not set (no .env file), and `${VAR:?…}`
+    when the user set VAR as REQUIRED does."""
+    return INTERPOLATION.sub(lambda m: REQUIRED[m.group(1)] if m.group(2) == "?" else m.group(3) or "", str(value))
 
 
 def _environment(service: dict) -> dict[str, str]:
@@ -256,10 +259,22 @@ def _docker_compose() -> str:
     return binary
 
 
+def _compose_env(**changes) -> dict:
+    env = {**__import__("os").environ, **REQUIRED, **changes}
+    return {key: value for key, value in env.items() if value is not None}
+
+
 def test_docker_compose_accepts_the_file():
     result = subprocess.run([_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=_compose_env())
     assert result.returncode == 0, result.stderr
+
+
+def test_docker_compose_refuses_to_start_without_a_secret_key():
+    result = subprocess.run([_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, env=_compose_env(SECRET_KEY=None))
+    assert result.returncode != 0
+    assert "SECRET_KEY" in result.stderr and "set SECRET_KEY" in result.stderr
 
 
 def test_docker_compose_validation_really_rejects_a_broken_file(tmp_path):
@@ -270,6 +285,6 @@ def test_docker_compose_validation_really_rejects_a_broken_file(tmp_path):
     path.write_text(yaml.safe_dump(broken))
     (tmp_path / "Dockerfile").write_text(DOCKERFILE.read_text())
     result = subprocess.run([_docker_compose(), "-f", str(path), "config", "-q"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=_compose_env())
     assert result.returncode != 0
     assert "service_finished" in result.stderr

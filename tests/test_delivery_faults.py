@@ -77,6 +77,7 @@ def test_intake_answers_202_while_redis_is_down_and_deliveries_arrive_after(api,
         assert receiver.received == []
     finally:
         broker.start()
+        processes(broker.process)  # stopped with the others when the test ends: no redis-server left behind
     wait_until(lambda: all_succeeded(ids), timeout=40, message="deliveries once redis is back")
     assert len(receiver.received) == 3
 

@@ -11,17 +11,20 @@ import pytest
 import requests
 
 from tests.conftest import subprocess_env, wait_until
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT, RUN_DIR, free_port, run_dir
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
     port, receiver_port = free_port(), free_port()
-    env = subprocess_env(PORT=port, RECEIVER_PORT=receiver_port, HERALD_DATA_DIR=tempfile.mkdtemp(),
+    data = str(run_dir("up-data"))
+    env = subprocess_env(PORT=port, RECEIVER_PORT=receiver_port, HERALD_DATA_DIR=data,
                          DJANGO_SETTINGS_MODULE="config.settings", WEB_CONCURRENCY=1, WORKER_CONCURRENCY=1)
     env.pop("WEBHOOK_ALLOW_PRIVATE_NETWORKS")  # the launcher decides that for the demo
-    log = tempfile.NamedTemporaryFile(prefix="herald-up-", suffix=".log", delete=False)
+    env.pop("SECRET_KEY")  # and makes a key of its own (DEBUG is off: none, and nothing would start)
+    env.pop("DEBUG", None)
+    log = tempfile.NamedTemporaryFile(prefix="up-", suffix=".log", dir=RUN_DIR, delete=False)
     up = subprocess.Popen(["scripts/up"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                           start_new_session=True)
     output = lambda: open(log.name, errors="replace").read()  # noqa: E731
@@ -42,6 +45,8 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
         # the demo receiver verified the signature and printed the event, prefixed with its name
         assert re.search(rf"receiver\.\d+\s+\| {event_id} invoice.paid", output())
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        key_file = os.path.join(data, "secret_key")
+        assert len(open(key_file).read().strip()) >= 50 and os.stat(key_file).st_mode & 0o077 == 0
     finally:
         os.killpg(up.pid, signal.SIGINT)  # Ctrl-C
         try:

@@ -1,0 +1,48 @@
+"""What the serving processes check and set as they start.
+
+Web, worker and beat refuse to start on an unsafe configuration (SPEC §1), with a one-line reason.
+
+With DEBUG off, a missing SECRET_KEY (the settings then hold a development key) or one that has been
+published (the development key, the one docker-compose.yml once shipped) would let anyone forge
+sessions and decrypt endpoint secrets, whose default encryption key is derived from it.
+Management commands (migrate, create_credential, …) are not refused: they serve no one.
+"""
+import sys
+
+from django.conf import settings
+
+# Keys anyone can read in this repository or its history.
+PUBLISHED_SECRET_KEYS = frozenset({
+    "herald-compose-insecure-secret-key-set-SECRET_KEY-in-production",
+})
+
+
+def unsafe_reason() -> str | None:
+    """Why this configuration may not serve, or None."""
+    if settings.DEBUG:
+        return None
+    if settings.SECRET_KEY == settings.DEV_SECRET_KEY:
+        return ("SECRET_KEY is not set; set it to a long random value (e.g. `python -c \"import secrets; "
+                "print(secrets.token_urlsafe(50))\"`), or DEBUG=true for local development")
+    if settings.SECRET_KEY in PUBLISHED_SECRET_KEYS:
+        return "SECRET_KEY is a published default; set it to a long random value of your own"
+    return None
+
+
+def refuse_unsafe_start(process: str) -> None:
+    """Exit with the reason on one line of stderr if this configuration may not serve."""
+    reason = unsafe_reason()
+    if reason is not None:
+        # the process's own stderr: Celery has redirected sys.stderr into its logging by now
+        sys.__stderr__.write(f"herald {process}: refusing to start: {reason}\n")
+        sys.__stderr__.flush()
+        raise SystemExit(1)
+
+
+def limit_web_statements() -> None:
+    """The web process's PostgreSQL connections cut any statement after WEB_STATEMENT_TIMEOUT_SECONDS
+    (a server-side setting sent as the connection opens: no round trip per request)."""
+    seconds = settings.WEB_STATEMENT_TIMEOUT_SECONDS
+    if seconds > 0:
+        options = settings.DATABASES["default"].setdefault("OPTIONS", {})
+        options["options"] = f"{options.get('options', '')} -c statement_timeout={int(seconds * 1000)}".strip()
