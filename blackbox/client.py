@@ -127,10 +127,15 @@ class Api:
         return replies
 
     def create_endpoint(self, url: str, event_types: list[str], key: str, **options) -> dict:
-        """POST /api/v1/endpoints (`options`: max_in_flight, channels, ...); the created endpoint."""
+        """POST /api/v1/endpoints (`options`: max_in_flight, channels, ...); the created endpoint, with its
+        signing secret under "secret" from GET …/secret (the only call that returns it)."""
         replies = self.post_retrying("/api/v1/endpoints", {"url": url, "event_types": event_types, **options}, key,
                                      budget=60)
         final = replies[-1]
         if final.status != 201:
             raise RuntimeError(f"creating endpoint {url}: {final.short()} {final.body[:300]!r}")
-        return final.json()
+        endpoint = final.json()
+        secret = self.get(f"/api/v1/endpoints/{endpoint['id']}/secret")
+        if secret.status != 200:
+            raise RuntimeError(f"reading the secret of {endpoint['id']}: {secret.short()} {secret.body[:300]!r}")
+        return {**endpoint, "secret": secret.json()["secret"]}

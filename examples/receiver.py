@@ -1,6 +1,6 @@
 """A minimal webhook receiver for Herald: verify the signature, de-duplicate, process, answer 200.
 
-Run it with the endpoint's secret (the `secret` Herald returned when you created the endpoint):
+Run it with the endpoint's secret (`GET /api/v1/endpoints/{id}/secret` returns it):
 
     HERALD_WEBHOOK_SECRET=whsec_... python examples/receiver.py --port 8080
 

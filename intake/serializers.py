@@ -66,14 +66,15 @@ class EndpointHealthOutput(serializers.Serializer):
 
 
 class EndpointOutput(serializers.ModelSerializer):
-    secret = serializers.SerializerMethodField()
+    """An endpoint as the API shows it: never its secret (`EndpointSecretOutput`, from `…/secret` only)."""
+
     max_in_flight = serializers.SerializerMethodField()
     health = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
         fields = ["id", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-                  "max_in_flight", "throttle_rate", "ordering", "health", "secret", "created_at", "updated_at"]
+                  "max_in_flight", "throttle_rate", "ordering", "health", "created_at", "updated_at"]
 
     def get_max_in_flight(self, endpoint: Endpoint) -> int:
         return endpoint_max_in_flight(endpoint)
@@ -85,12 +86,10 @@ class EndpointOutput(serializers.ModelSerializer):
                 "failing_since": _iso(endpoint.failing_since),
                 "next_probe_at": _iso(endpoint.next_probe_at) if state == Endpoint.TRIPPED else None}
 
-    def get_secret(self, endpoint: Endpoint) -> str:
-        current = getattr(endpoint, "current_secret", None)
-        if current is not None:
-            return current
-        secrets = list(endpoint.secrets.all())  # prefetched, newest first
-        return secrets[0].secret if secrets else ""
+
+
+class EndpointSecretOutput(serializers.Serializer):
+    secret = serializers.CharField(help_text="The current signing secret, `whsec_` + base64 of 32 bytes.")
 
 
 class EventCreateInput(serializers.Serializer):

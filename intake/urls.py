@@ -6,6 +6,7 @@ from intake import views
 urlpatterns = [
     path("endpoints", views.EndpointListCreateView.as_view(), name="endpoint-list"),
     path("endpoints/<str:endpoint_id>", views.EndpointDetailView.as_view(), name="endpoint-detail"),
+    path("endpoints/<str:endpoint_id>/secret", views.EndpointSecretView.as_view(), name="endpoint-secret"),
     path("endpoints/<str:endpoint_id>/rotate-secret", views.EndpointRotateSecretView.as_view(),
          name="endpoint-rotate-secret"),
     path("events", views.EventListCreateView.as_view(), name="event-list"),

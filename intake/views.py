@@ -47,7 +47,7 @@ def _refused_url(exc: endpoint_services.EndpointUrlRefused) -> serializers.Valid
 
 
 class EndpointListCreateView(TenantAPIView):
-    """GET: the tenant's endpoints. POST: create one, answered with its signing secret."""
+    """GET: the tenant's endpoints. POST: create one (its signing secret: `GET …/secret`)."""
 
     @extend_schema(operation_id="endpoints_list", parameters=[PageParams], responses=io.EndpointPageOutput)
     def get(self, request):
@@ -89,8 +89,18 @@ class EndpointDetailView(TenantAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class EndpointSecretView(TenantAPIView):
+    """GET: the endpoint's current signing secret: the only call that returns one (never cached)."""
+
+    @extend_schema(operation_id="endpoints_secret", responses=io.EndpointSecretOutput)
+    def get(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        return Response({"secret": selectors.endpoint_secret(endpoint=endpoint)},
+                        headers={"Cache-Control": "no-store"})
+
+
 class EndpointRotateSecretView(TenantAPIView):
-    """POST: issue a new secret; the previous one keeps signing for 24 h."""
+    """POST: issue a new secret (read it from `GET …/secret`); the previous one keeps signing for 24 h."""
 
     @extend_schema(operation_id="endpoints_rotate_secret", request=None, responses=io.EndpointOutput)
     def post(self, request, endpoint_id):

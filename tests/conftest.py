@@ -1,7 +1,9 @@
 """Shared fixtures: credentials, an API client, and a look into the real Redis queue."""
 import base64
 import json
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -11,6 +13,23 @@ from django.test import Client
 from intake.credentials import credential_cache_clear, credential_create
 from webhooks.publishing import publisher
 from webhooks.relay import deliveries_relay
+
+
+# tests/processes.py's RUN_DIR: every Herald process's output during the session
+_RUN_DIR = Path(__file__).resolve().parent / "artifacts" / "run"
+
+
+def pytest_sessionstart(session):
+    shutil.rmtree(_RUN_DIR, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No Herald process may ever write a signing secret to its log: the session fails if one did."""
+    leaked = sorted(str(path.relative_to(_RUN_DIR)) for path in _RUN_DIR.rglob("*.log")
+                    if b"whsec_" in path.read_bytes())
+    if leaked:
+        session.config.get_terminal_writer().line(f"signing secrets in process logs: {', '.join(leaked)}", red=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture(autouse=True)
@@ -179,10 +198,15 @@ def engine():
 
 
 def create_endpoint(api, url: str, **extra) -> dict:
-    """POST /api/v1/endpoints through `api`; the created endpoint (fails the test on anything but 201)."""
+    """POST /api/v1/endpoints through `api`; the created endpoint (fails the test on anything but 201),
+    with its signing secret added under "secret" from GET …/secret (the body never carries it)."""
     response = api.post("endpoints", {"url": url, **extra})
     assert response.status_code == 201, response.content
-    return response.json()
+    endpoint = response.json()
+    assert "secret" not in endpoint
+    secret = api.get(f"endpoints/{endpoint['id']}/secret")
+    assert secret.status_code == 200, secret.content
+    return {**endpoint, "secret": secret.json()["secret"]}
 
 
 def all_succeeded(delivery_ids) -> bool:

@@ -4,7 +4,7 @@ import json
 import pytest
 from standardwebhooks import Webhook
 
-from tests.conftest import wait_until
+from tests.conftest import create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker
 from webhooks.models import Delivery, Endpoint, Event
 
@@ -20,9 +20,7 @@ def worker(django_db_setup, django_db_blocker):
 
 
 def _endpoint(api, receiver, path="/hook", **extra):
-    response = api.post("endpoints", {"url": receiver.url(path), **extra})
-    assert response.status_code == 201, response.content
-    return response.json()
+    return create_endpoint(api, receiver.url(path), **extra)
 
 
 def _event(api, data=None):
@@ -63,7 +61,9 @@ def test_a_delivered_webhook_verifies_with_standardwebhooks(api, receiver, worke
 
 def test_during_rotation_both_secrets_sign(api, receiver, worker):
     endpoint = _endpoint(api, receiver)
-    new_secret = api.post(f"endpoints/{endpoint['id']}/rotate-secret").json()["secret"]
+    assert api.post(f"endpoints/{endpoint['id']}/rotate-secret").status_code == 200
+    new_secret = api.get(f"endpoints/{endpoint['id']}/secret").json()["secret"]
+    assert new_secret != endpoint["secret"]
     _event(api)
     (request,) = receiver.wait_for(1)
     assert len(request.headers["webhook-signature"].split(" ")) == 2

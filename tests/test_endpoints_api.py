@@ -4,6 +4,7 @@ import base64
 import pytest
 from standardwebhooks import Webhook
 
+from tests.conftest import create_endpoint
 from webhooks.models import Delivery, Endpoint, EndpointSecret
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -11,12 +12,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _create(api, **body):
     body.setdefault("url", "https://hooks.example.com/herald")
-    response = api.post("endpoints", body)
-    assert response.status_code == 201, response.content
-    return response.json()
+    return create_endpoint(api, **body)
 
 
-def test_create_returns_a_standard_webhooks_secret_and_location(api):
+def test_create_answers_the_endpoint_and_its_secret_comes_only_from_the_secret_call(api):
     response = api.post("endpoints", {"url": "https://hooks.example.com/x", "event_types": ["invoice.*"],
                                       "channels": ["eu"], "description": "billing"})
     assert response.status_code == 201
@@ -25,10 +24,35 @@ def test_create_returns_a_standard_webhooks_secret_and_location(api):
     assert response["Location"] == f"/api/v1/endpoints/{endpoint['id']}"
     assert endpoint["event_types"] == ["invoice.*"] and endpoint["channels"] == ["eu"]
     assert endpoint["enabled"] is True
-    secret = endpoint["secret"]
+    assert "secret" not in endpoint and b"whsec_" not in response.content
+    answer = api.get(f"endpoints/{endpoint['id']}/secret")
+    assert answer.status_code == 200 and answer["Cache-Control"] == "no-store"
+    secret = answer.json()["secret"]
     assert secret.startswith("whsec_")
     assert 24 <= len(base64.b64decode(secret.removeprefix("whsec_"))) <= 64
     Webhook(secret)  # the reference library accepts it
+    # at rest it is encrypted: the column holds a Fernet token that SECRET_KEY's key opens
+    stored = EndpointSecret.objects.get(endpoint_id=endpoint["id"])
+    assert "whsec_" not in stored.encrypted_secret and secret.removeprefix("whsec_") not in stored.encrypted_secret
+    assert stored.secret == secret
+
+
+def test_no_body_but_the_secret_calls_carries_a_secret(api):
+    endpoint = _create(api)
+    bodies = [api.get("endpoints").content, api.get(f"endpoints/{endpoint['id']}").content,
+              api.patch(f"endpoints/{endpoint['id']}", {"description": "x"}).content,
+              api.post(f"endpoints/{endpoint['id']}/rotate-secret").content]
+    assert not [body for body in bodies if b"whsec_" in body]
+    # nor does any stored idempotency response
+    from intake.models import IdempotencyKey
+
+    assert IdempotencyKey.objects.count() >= 3
+    assert not [key.pk for key in IdempotencyKey.objects.all() if b"whsec_" in bytes(key.response_body or b"")]
+
+
+def test_another_tenants_secret_is_not_found(api, other_api):
+    endpoint = _create(api)
+    assert other_api.get(f"endpoints/{endpoint['id']}/secret").status_code == 404
 
 
 def test_list_get_patch_and_delete(api):
@@ -37,7 +61,7 @@ def test_list_get_patch_and_delete(api):
     listed = api.get("endpoints").json()
     assert [e["id"] for e in listed["data"]] == [b["id"], a["id"]]  # newest first
     assert listed["next_cursor"] is None
-    assert api.get(f"endpoints/{a['id']}").json()["secret"] == a["secret"]
+    assert api.get(f"endpoints/{a['id']}").json() == {key: value for key, value in a.items() if key != "secret"}
 
     patched = api.patch(f"endpoints/{a['id']}", {"enabled": False, "event_types": ["customer.created"]})
     assert patched.status_code == 200
@@ -71,11 +95,10 @@ def test_rotate_secret_keeps_the_old_one_signing_for_a_day(api):
     endpoint = _create(api)
     rotated = api.post(f"endpoints/{endpoint['id']}/rotate-secret")
     assert rotated.status_code == 200
-    new_secret = rotated.json()["secret"]
+    new_secret = api.get(f"endpoints/{endpoint['id']}/secret").json()["secret"]
     assert new_secret.startswith("whsec_") and new_secret != endpoint["secret"]
-    assert api.get(f"endpoints/{endpoint['id']}").json()["secret"] == new_secret
-    old = EndpointSecret.objects.get(secret=endpoint["secret"])
-    new = EndpointSecret.objects.get(secret=new_secret)
+    old, new = sorted(EndpointSecret.objects.filter(endpoint_id=endpoint["id"]), key=lambda s: s.created_at)
+    assert (old.secret, new.secret) == (endpoint["secret"], new_secret)
     assert new.expires_at is None
     assert 23.9 * 3600 < (old.expires_at - new.created_at).total_seconds() <= 24 * 3600
 

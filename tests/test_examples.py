@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import wait_until
+from tests.conftest import create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
 from webhooks.models import Delivery
 from webhooks.signing import generate_secret, webhook_headers
@@ -380,9 +380,7 @@ def _delivery(api, delivery_id: str, *statuses: str) -> dict | None:
 def test_the_examples_end_to_end(api, herald, example_receiver):
     # An endpoint at the example receiver, which then listens with the secret Herald generated.
     port = free_port()
-    created = api.post("endpoints", {"url": f"http://127.0.0.1:{port}/webhooks", "event_types": ["invoice.*"]})
-    assert created.status_code == 201, created.content
-    endpoint = created.json()
+    endpoint = create_endpoint(api, f"http://127.0.0.1:{port}/webhooks", event_types=["invoice.*"])
     running = example_receiver(secret=endpoint["secret"], port=port)
 
     # The example client posts one event through the real API.

@@ -58,14 +58,10 @@ class TenantAdmin(admin.ModelAdmin):
 class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
     model = EndpointSecret
     verbose_name_plural = "signing secrets"
-    fields = ("secret_prefix", "created_at", "expires_at")
+    # Never the secret, nor its ciphertext: the tenant reads it from the API (`GET …/secret`) only.
+    fields = ("id", "created_at", "expires_at")
     readonly_fields = fields
     extra = 0
-
-    @admin.display(description="secret")
-    def secret_prefix(self, secret: EndpointSecret) -> str:
-        # Enough to tell secrets apart; the secret itself is the tenant's, shown by the API only.
-        return secret.secret[:10] + "…"
 
 
 @admin.register(Endpoint)

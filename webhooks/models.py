@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from webhooks import ids
+from webhooks import crypto, ids
 
 
 class Tenant(models.Model):
@@ -80,18 +80,26 @@ class Endpoint(models.Model):
 
 
 class EndpointSecret(models.Model):
-    """A signing secret; after rotation the old one keeps signing until `expires_at`."""
+    """A signing secret, encrypted at rest (webhooks/crypto.py); after rotation the old one keeps signing
+    until `expires_at`. Only `GET /api/v1/endpoints/{id}/secret` and the worker's signing read it."""
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="secrets")
-    secret = models.CharField(max_length=200)
+    # The Fernet token of the `whsec_…` secret (about 165 characters). Its column keeps the name and the
+    # type (varchar) of `secret`, which the claim function (migrations 0007, 0009) returns to the
+    # worker to decrypt.
+    encrypted_secret = models.CharField(max_length=500, db_column="secret")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
+    @property
+    def secret(self) -> str:
+        return crypto.decrypt(self.encrypted_secret)
+
     def __str__(self) -> str:
-        return self.secret[:10] + "…"
+        return f"signing secret {self.pk} of {self.endpoint_id}"
 
 
 class Event(models.Model):

@@ -5,16 +5,21 @@ from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret,
 
 
 def endpoint_list(*, tenant: Tenant) -> QuerySet[Endpoint]:
-    return Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True).prefetch_related(
-        Prefetch("secrets", queryset=EndpointSecret.objects.order_by("-created_at", "-id")))
+    return Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True)
 
 
 def endpoint_get(*, tenant: Tenant, endpoint_id: str) -> Endpoint | None:
     return endpoint_list(tenant=tenant).filter(pk=endpoint_id).first()
 
 
+def endpoint_secret(*, endpoint: Endpoint) -> str:
+    """The endpoint's current signing secret (the newest), decrypted: for `GET …/secret` only."""
+    return EndpointSecret.objects.filter(endpoint=endpoint).order_by("-created_at", "-id").first().secret
+
+
 def event_list(*, tenant: Tenant, event_type: str | None = None) -> QuerySet[Event]:
-    events = Event.objects.filter(tenant=tenant).defer("payload").prefetch_related(
+    # (the body is loaded: an event's `data` is read from it)
+    events = Event.objects.filter(tenant=tenant).prefetch_related(
         Prefetch("deliveries", queryset=Delivery.objects.only("id", "event_id", "endpoint_id", "status")
                  .order_by("id")))
     if event_type:

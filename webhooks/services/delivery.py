@@ -26,9 +26,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import breaker, event_types, metrics, progress, retry_policy, signing, transport
+from webhooks import breaker, crypto, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Event
 from webhooks.publishing import broker_backlog, deliveries_enqueue, publisher
 from webhooks.services.endpoints import endpoint_disable
 from webhooks.services.events import event_emit_operational
@@ -261,9 +261,16 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
     for (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
          tripped, healthy, secrets, wake) in rows:
         if go:
+            try:
+                plain = [crypto.decrypt(secret) for secret in secrets]
+            except crypto.InvalidToken:
+                # HERALD_ENCRYPTION_KEYS (or SECRET_KEY) no longer opens this endpoint's secrets: sending
+                # unsigned is no option. The lease runs out, and the dispatcher sends it again later.
+                logger.error("delivery.secret_undecryptable", extra={"delivery_id": delivery_id,
+                                                                     "endpoint_id": endpoint_id})
+                continue
             claims[delivery_id] = Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
-                                        bytes(payload), req_id, url, list(secrets), probe=tripped,
-                                        endpoint_healthy=healthy)
+                                        bytes(payload), req_id, url, plain, probe=tripped, endpoint_healthy=healthy)
         if wake is not None:
             wake_at[endpoint_id] = min(wake, wake_at.get(endpoint_id, wake))
     return Claims(claims, wake_at)

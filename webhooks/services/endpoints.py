@@ -7,7 +7,7 @@ from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from webhooks import event_types
+from webhooks import crypto, event_types
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Tenant
 from webhooks.publishing import deliveries_enqueue
 from webhooks.services.events import event_emit_operational
@@ -56,13 +56,12 @@ def endpoint_max_in_flight(endpoint: Endpoint) -> int:
 def endpoint_create(*, tenant: Tenant, url: str, event_types: list[str], channels: list[str],
                     description: str = "", max_in_flight: int | None = None, throttle_rate: int | None = None,
                     ordering: str = Endpoint.UNORDERED) -> Endpoint:
-    """Create an endpoint with a fresh `whsec_` secret."""
+    """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`)."""
     endpoint_url_check(url=url)
     endpoint = Endpoint.objects.create(tenant=tenant, url=url, event_types=event_types, channels=channels,
                                        description=description, max_in_flight=max_in_flight,
                                        throttle_rate=throttle_rate, ordering=ordering)
-    secret = EndpointSecret.objects.create(endpoint=endpoint, secret=generate_secret())
-    endpoint.current_secret = secret.secret
+    _issue_secret(endpoint=endpoint)
     return endpoint
 
 
@@ -155,10 +154,14 @@ def endpoint_delete(*, endpoint: Endpoint) -> int:
 
 @transaction.atomic
 def endpoint_rotate_secret(*, endpoint: Endpoint) -> Endpoint:
-    """Issue a new secret; the ones still active keep signing for 24 h, then expire."""
+    """Issue a new secret (read it with `endpoint_secret`); the ones still active keep signing for 24 h,
+    then expire."""
     now = timezone.now()
     EndpointSecret.objects.filter(endpoint=endpoint).filter(
         expires_at__isnull=True).update(expires_at=now + OLD_SECRET_GRACE)
-    secret = EndpointSecret.objects.create(endpoint=endpoint, secret=generate_secret())
-    endpoint.current_secret = secret.secret
+    _issue_secret(endpoint=endpoint)
     return endpoint
+
+
+def _issue_secret(*, endpoint: Endpoint) -> EndpointSecret:
+    return EndpointSecret.objects.create(endpoint=endpoint, encrypted_secret=crypto.encrypt(generate_secret()))
