@@ -13,6 +13,7 @@ from intake import serializers as io
 from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
 from webhooks import selectors
+from webhooks.models import Delivery
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
@@ -164,5 +165,8 @@ class DeliveryRetryView(TenantAPIView):
     @extend_schema(operation_id="deliveries_retry", request=None, responses={202: io.DeliveryOutput})
     def post(self, request, delivery_id):
         delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
-        delivery = delivery_services.delivery_retry(delivery=delivery)
+        try:
+            delivery = delivery_services.delivery_retry(delivery=delivery)
+        except Delivery.DoesNotExist:  # deleted by retention (past EVENT_RETENTION_DAYS) meanwhile
+            raise NotFound() from None
         return Response(io.DeliveryOutput(delivery).data, status=status.HTTP_202_ACCEPTED)

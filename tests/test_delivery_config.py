@@ -22,6 +22,8 @@ print(json.dumps({
     "beat": {name: entry["task"] for name, entry in c.beat_schedule.items()},
     "beat_dispatch_every": c.beat_schedule["dispatch-due-deliveries"]["schedule"],
     "beat_prune_every": c.beat_schedule["prune-idempotency-keys"]["schedule"],
+    "beat_retention_every": c.beat_schedule["prune-events"]["schedule"], "retention_days": settings.EVENT_RETENTION_DAYS,
+    "retention_queue": c.task_routes["webhooks.prune_events"]["queue"], "periodic": settings.HERALD_PERIODIC_QUEUE,
     "prune_batch": settings.IDEMPOTENCY_PRUNE_BATCH,
     "queue": c.task_default_queue, "pool": c.worker_pool, "concurrency": c.worker_concurrency,
     "cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT, "breaker": settings.WEBHOOK_BREAKER_FAILURES,
@@ -55,8 +57,12 @@ def test_durability_settings_and_recovery_bounds_with_the_defaults():
     assert conf["redispatch"] + conf["interval"] <= 60
     assert conf["beat"] == {"dispatch-due-deliveries": "webhooks.dispatch_due",
                             "prune-idempotency-keys": "intake.prune_idempotency_keys",
-                            "disable-failing-endpoints": "webhooks.disable_failing_endpoints"}
+                            "disable-failing-endpoints": "webhooks.disable_failing_endpoints",
+                            "prune-events": "webhooks.prune_events"}
     assert conf["beat_dispatch_every"] == 5 and conf["beat_prune_every"] == 3600 and conf["prune_batch"] == 5000
+    # SPEC §7: retention daily or more often, 30 days by default, beside the other periodic tasks
+    assert conf["beat_retention_every"] <= 86400 and conf["retention_days"] == 30
+    assert conf["retention_queue"] == conf["periodic"]
 
 
 def test_the_default_worker_is_100_threads_with_isolation_on():

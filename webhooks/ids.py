@@ -30,11 +30,21 @@ def new_id(prefix: str) -> str:
         if value >> _RANDOM_BITS <= _last >> _RANDOM_BITS:
             value = _last + 1
         _last = value
+    return f"{prefix}_{_encode(value)}"
+
+
+def _encode(value: int) -> str:
     chars = []
     for _ in range(26):
         chars.append(_ALPHABET[value & 31])
         value >>= 5
-    return f"{prefix}_{''.join(reversed(chars))}"
+    return "".join(reversed(chars))
+
+
+def boundary(prefix: str, when) -> str:
+    """The smallest id `prefix` can have for something created at `when` (an aware datetime): every id
+    made before it sorts lower."""
+    return f"{prefix}_{_encode(int(when.timestamp() * 1000) << _RANDOM_BITS)}"
 
 
 # Named factories, because migrations can serialise functions but not lambdas.

@@ -1,9 +1,11 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
+from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from webhooks import engine, progress
 from webhooks.services import delivery as delivery_service
+from webhooks.services.retention import events_prune
 
 
 @shared_task(name="webhooks.deliver", ignore_result=True)
@@ -40,3 +42,11 @@ def dispatch_due() -> int:
 def disable_failing_endpoints() -> int:
     """Beat: disable endpoints failing continuously past WEBHOOK_DISABLE_AFTER_SECONDS."""
     return delivery_service.endpoints_disable_failing()
+
+
+@shared_task(name="webhooks.prune_events", ignore_result=True,
+             soft_time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 60,
+             time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 120)
+def prune_events() -> int:
+    """Beat: delete events past EVENT_RETENTION_DAYS whose deliveries are all final (SPEC §7)."""
+    return events_prune().rows

@@ -495,6 +495,10 @@ def delivery_retry(*, delivery: Delivery) -> Delivery:
     """Manual retry: a finished delivery becomes pending and due now (a relay publishes it at once, to
     the periodic queue like every retry); a pending one is left be."""
     now = timezone.now()
+    with connection.cursor() as cursor:
+        # Retention deletes an event with its final deliveries under its row lock: hold it off (or wait
+        # for it, and find the delivery gone) while this one becomes pending again.
+        cursor.execute(f"SELECT 1 FROM {Event._meta.db_table} WHERE id = %s FOR KEY SHARE", [delivery.event_id])
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
     ).update(status=Delivery.PENDING, next_attempt_at=now, parked_at=None, updated_at=now)

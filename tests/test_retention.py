@@ -1,0 +1,114 @@
+"""Retention against real PostgreSQL: what goes, what stays, and a manual retry racing the prune."""
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from tests.conftest import create_endpoint
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Event
+from webhooks.services.delivery import delivery_retry
+from webhooks.services.retention import events_prune
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _events(api, count):
+    return [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["id"] for n in range(count)]
+
+
+def _finish(event_ids, status=Delivery.SUCCEEDED):
+    """As if every delivery of these events had been sent once and was now final."""
+    for delivery in Delivery.objects.filter(event_id__in=event_ids):
+        DeliveryAttempt.objects.create(delivery=delivery, number=1, started_at=timezone.now(), duration_ms=3,
+                                       response_status=200)
+    Delivery.objects.filter(event_id__in=event_ids).update(status=status, attempt_count=1, next_attempt_at=None)
+    DeliveryOutbox.objects.filter(delivery__event_id__in=event_ids).delete()
+
+
+def _between(api, before, after):
+    """Events created before a moment and after it: (old ids, the moment, recent ids)."""
+    old = _events(api, before)
+    time.sleep(0.01)
+    moment = timezone.now()
+    time.sleep(0.01)
+    return old, moment, _events(api, after)
+
+
+def test_old_final_events_go_with_their_deliveries_and_attempts_and_the_rest_stays(api):
+    create_endpoint(api, "https://a.example.com/")
+    create_endpoint(api, "https://b.example.com/")
+    old, moment, recent = _between(api, 5, 2)
+    _finish(old[:3], Delivery.SUCCEEDED)
+    _finish(old[3:4], Delivery.FAILED)
+    # old[4] still has its deliveries pending (a retry scheduled)
+    _finish(recent)
+
+    pruned = events_prune(now=moment, days=0, batch=2)
+
+    assert (pruned.events, pruned.deliveries, pruned.attempts, pruned.kept) == (4, 8, 8, 1)
+    assert pruned.batches == 3  # 2 + 2 + 1 events past the cutoff, two at a time
+    remaining = set(Event.objects.values_list("id", flat=True))
+    assert remaining == {old[4], *recent}
+    assert Delivery.objects.filter(event_id=old[4], status=Delivery.PENDING).count() == 2
+    assert DeliveryAttempt.objects.filter(delivery__event_id__in=recent).count() == 4
+    assert not DeliveryAttempt.objects.filter(delivery__event_id__in=old).exists()
+    # and the API keeps answering about what is left
+    assert {e["id"] for e in api.get("events").json()["data"]} >= {old[4], *recent}
+
+
+def test_an_event_with_one_pending_delivery_is_kept_whole(api):
+    create_endpoint(api, "https://a.example.com/")
+    create_endpoint(api, "https://b.example.com/")
+    (event_id,) = _events(api, 1)
+    first, second = Delivery.objects.filter(event_id=event_id).order_by("id")
+    _finish([event_id])
+    Delivery.objects.filter(pk=second.pk).update(status=Delivery.PENDING)
+    assert events_prune(now=timezone.now() + timedelta(days=31)).kept == 1
+    assert Delivery.objects.filter(event_id=event_id).count() == 2
+    assert DeliveryAttempt.objects.filter(delivery__event_id=event_id).count() == 2
+
+
+def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_delivery(api):
+    create_endpoint(api, "https://a.example.com/")
+    (event_id,) = _events(api, 1)
+    _finish([event_id])
+    delivery = Delivery.objects.get(event_id=event_id)
+    retried, done = threading.Event(), threading.Event()
+
+    def retry_slowly():
+        # the real service, in a transaction that commits half a second after the retry
+        try:
+            with transaction.atomic():
+                assert delivery_retry(delivery=Delivery.objects.get(pk=delivery.pk)).status == Delivery.PENDING
+                retried.set()
+                time.sleep(0.5)
+        finally:
+            connection.close()
+            done.set()
+
+    thread = threading.Thread(target=retry_slowly)
+    thread.start()
+    assert retried.wait(5)
+    pruned = events_prune(now=timezone.now() + timedelta(days=31))
+    assert not done.is_set(), "the prune waited for the retry"
+    thread.join()
+    assert (pruned.events, pruned.deliveries) == (0, 0)
+    assert Delivery.objects.get(pk=delivery.pk).status == Delivery.PENDING
+    assert Event.objects.filter(pk=event_id).exists()
+    # once it is final again, the next run takes it
+    Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.SUCCEEDED)
+    DeliveryOutbox.objects.filter(delivery_id=delivery.pk).delete()
+    assert events_prune(now=timezone.now() + timedelta(days=31)).events == 1
+
+
+def test_a_retry_after_the_prune_finds_the_delivery_gone(api):
+    create_endpoint(api, "https://a.example.com/")
+    (event_id,) = _events(api, 1)
+    _finish([event_id])
+    (delivery_id,) = Delivery.objects.filter(event_id=event_id).values_list("id", flat=True)
+    assert events_prune(now=timezone.now() + timedelta(days=31)).events == 1
+    response = api.post(f"deliveries/{delivery_id}/retry")
+    assert response.status_code == 404
