@@ -6,6 +6,7 @@ from django.utils.translation import ngettext
 
 from intake.credentials import credential_issue, credentials_revoke
 from intake.models import ApiCredential, IdempotencyKey
+from webhooks.admin import CappedCountPaginator
 
 
 @admin.register(ApiCredential)
@@ -65,7 +66,8 @@ class IdempotencyKeyAdmin(admin.ModelAdmin):
     search_fields = ("key__exact",)
     search_help_text = "An exact Idempotency-Key."
     show_full_result_count = False
-    # Not the stored response body: it may carry an endpoint's signing secret. Only its size.
+    paginator = CappedCountPaginator  # a day of keys can be millions: the list never counts them all
+    # Not the stored response body (the tenant's data): only its size.
     fields = ("credential", "key", "method", "path", "fingerprint", "status", "locked_at", "response_status",
               "response_headers", "response_body_size", "created_at", "expires_at")
     readonly_fields = fields

@@ -1,5 +1,4 @@
 """/healthz and /metrics: against real PostgreSQL and Redis, and across real processes."""
-import tempfile
 from datetime import timedelta
 
 import pytest
@@ -9,8 +8,8 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
-from tests.processes import celery_beat, celery_worker, free_port, gunicorn
-from webhooks.models import Delivery, DeliveryLease, Endpoint
+from tests.processes import celery_beat, celery_worker, free_port, gunicorn, run_dir
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,14 +48,22 @@ def test_healthz_is_503_when_either_is_down(broken, env):
 def test_delivery_state_gauges_come_from_the_database(api):
     assert api.post("endpoints", {"url": "https://a.example.com/"}).status_code == 201
     ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(3)]
+    # one due for 90 s and not yet published, one failed (its outbox row consumed by its claim)
     Delivery.objects.filter(pk=ids[0]).update(next_attempt_at=timezone.now() - timedelta(seconds=90))
+    DeliveryOutbox.objects.filter(delivery_id=ids[0]).update(due_at=timezone.now() - timedelta(seconds=90))
     Delivery.objects.filter(pk=ids[1]).update(status=Delivery.FAILED)
+    DeliveryOutbox.objects.filter(delivery_id=ids[1]).delete()
     response = Client().get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     samples = _samples(response.content.decode())
     assert samples[("herald_deliveries_pending", ())] == 2
     assert samples[("herald_deliveries_failed", ())] == 1
     assert 90 <= samples[("herald_oldest_due_delivery_age_seconds", ())] < 120
+    # published two minutes ago and still waiting for a worker counts too
+    DeliveryOutbox.objects.filter(delivery_id=ids[2]).update(due_at=timezone.now() - timedelta(seconds=150),
+                                                             published_at=timezone.now() - timedelta(seconds=140))
+    samples = _samples(Client().get("/metrics").content.decode())
+    assert 150 <= samples[("herald_oldest_due_delivery_age_seconds", ())] < 180
     assert samples[("herald_delivery_attempts_in_flight", ())] == 0
     assert samples[("herald_endpoints_tripped", ())] == 0
     DeliveryLease.objects.create(delivery_id=ids[2], endpoint=Endpoint.objects.get(),
@@ -82,7 +89,7 @@ def test_metrics_answer_only_the_metrics_token_once_one_is_set(settings):
 
 @pytest.mark.slow
 def test_metrics_add_up_across_gunicorn_and_celery_processes(api, receiver):
-    metrics_dir = tempfile.mkdtemp(prefix="herald-metrics-")
+    metrics_dir = str(run_dir("metrics"))
     env = {"PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     server = gunicorn(free_port(), workers=2, **env)
     processes = [server, celery_worker("metrics", concurrency=2, **env), celery_beat()]
