@@ -158,6 +158,9 @@ EVENT_RETENTION_DAYS = env_int("EVENT_RETENTION_DAYS", 30)
 EVENT_RETENTION_BATCH = env_int("EVENT_RETENTION_BATCH", 1000)
 EVENT_RETENTION_INTERVAL_SECONDS = env_float("EVENT_RETENTION_INTERVAL_SECONDS", 600)
 EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)
+# After each batch retention rests this many times as long as the batch took: it takes at most
+# 1 / (1 + ratio) of one database connection's time from intake and delivery (0: no rest).
+EVENT_RETENTION_PAUSE_RATIO = env_float("EVENT_RETENTION_PAUSE_RATIO", 1.0)
 IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_float("IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 30)
 IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 

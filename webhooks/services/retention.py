@@ -79,17 +79,21 @@ class Pruned:
 
 
 def events_prune(*, now: datetime | None = None, days: int | None = None, batch: int | None = None,
-                 max_seconds: float | None = None) -> Pruned:
+                 max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
     """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
-    (the next run goes on from the oldest again)."""
+    (the next run goes on from the oldest again). After each batch it rests `pause_ratio` times as
+    long as the batch took (EVENT_RETENTION_PAUSE_RATIO), so that it never takes more than its share
+    of the database from intake and delivery."""
     days = settings.EVENT_RETENTION_DAYS if days is None else days
     batch = batch or settings.EVENT_RETENTION_BATCH
     max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
+    pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
     started = time.monotonic()
     pruned, after = Pruned(), "evt_"
     while time.monotonic() - started < max_seconds:
+        batch_started = time.monotonic()
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_PICK_SQL, {"after": after, "before": before, "cutoff": cutoff, "batch": batch})
             picked = [row[0] for row in cursor.fetchall()]
@@ -109,6 +113,8 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
         after = picked[-1]
         if len(picked) < batch:
             break
+        if pause_ratio > 0:
+            time.sleep(pause_ratio * (time.monotonic() - batch_started))
     pruned.seconds = time.monotonic() - started
     logger.info("retention.pruned", extra={**pruned.__dict__, "cutoff": cutoff.isoformat()})
     return pruned
