@@ -3,6 +3,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import threading
 import time
@@ -607,6 +608,144 @@ class Bench:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
 
+    def year(self):
+        """A year's worth of history: 5M deliveries (seeded with generate_series) under 1.25M events, most
+        past retention and final, some past it with a delivery still pending, some recent; the database
+        time of /metrics' gauges and of the admin's delivery list on it; then retention under intake load."""
+        from django.conf import settings
+        from django.contrib.auth.models import User
+        from django.db import connection
+        from django.test import Client
+
+        from webhooks.metrics import DeliveryStateCollector
+        from webhooks.services.retention import events_prune
+
+        events = 125_000 if self.quick else 1_250_000
+        tenant, _ = self.tenant_with_endpoints("year", [f"/year/{n}" for n in range(4)])
+        self.cancel_backlog()
+        started = time.monotonic()
+        with connection.cursor() as cursor:
+            # Ids below any real ULID sort first, as old events do; one in 50 is pending (kept), one in 20
+            # failed, the last tenth recent (kept); the older half of the rest 400 days old, the other 60
+            # (one retention run for each); every delivery has one attempt.
+            cursor.execute("""
+                INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
+                SELECT 'evt_00' || lpad(g::text, 24, '0'), %(tenant)s, 'invoice.' || (g %% 7), '{}',
+                       convert_to('{"type":"invoice.paid","timestamp":"2025-01-01T00:00:00.000000Z","data":{"n":'
+                                  || g || '}}', 'UTF8'), '',
+                       CASE WHEN g > %(events)s * 0.9 THEN now() - interval '1 day'
+                            WHEN g > %(events)s * 0.45 THEN now() - interval '60 days'
+                            ELSE now() - interval '400 days' END
+                  FROM generate_series(1, %(events)s) g""", {"tenant": tenant.pk, "events": events})
+            cursor.execute("""
+                INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
+                                               next_attempt_at, created_at, updated_at)
+                SELECT 'dlv_00' || lpad(e.g::text, 19, '0') || lpad(ep.n::text, 5, '0'), %(tenant)s, e.id, ep.id,
+                       CASE WHEN e.g %% 50 = 0 THEN 'pending' WHEN e.g %% 20 = 0 THEN 'failed' ELSE 'succeeded' END,
+                       1, CASE WHEN e.g %% 50 = 0 THEN now() + interval '1 hour' END, e.created_at, e.created_at
+                  FROM (SELECT id, created_at, substr(id, 7)::bigint AS g FROM webhooks_event
+                         WHERE id LIKE 'evt_00%%') e
+                 CROSS JOIN (SELECT id, row_number() OVER (ORDER BY id) AS n FROM webhooks_endpoint
+                              WHERE tenant_id = %(tenant)s) ep""", {"tenant": tenant.pk})
+            cursor.execute("""
+                INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, response_status,
+                                                      response_body, error, created_at)
+                SELECT id, 1, created_at, 12, CASE WHEN status = 'failed' THEN 500 ELSE 200 END, 'ok', '', created_at
+                  FROM webhooks_delivery WHERE id LIKE 'dlv_00%%'""")
+            cursor.execute("""
+                INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
+                SELECT id, next_attempt_at, NULL, true FROM webhooks_delivery
+                 WHERE id LIKE 'dlv_00%%' AND status = 'pending'""")
+            cursor.execute("VACUUM ANALYZE webhooks_event, webhooks_delivery, webhooks_deliveryattempt, "
+                           "webhooks_deliveryoutbox")
+            cursor.execute("SELECT count(*) FROM webhooks_delivery")
+            deliveries = cursor.fetchone()[0]
+            cursor.execute("""SELECT count(*) FROM webhooks_event e WHERE e.id LIKE 'evt_00%%'
+                               AND (e.created_at > now() - interval '30 days'
+                                    OR EXISTS (SELECT 1 FROM webhooks_delivery d
+                                                WHERE d.event_id = e.id AND d.status = 'pending'))""")
+            must_stay = cursor.fetchone()[0]
+        seeded = time.monotonic() - started
+        print(f"year: seeded {events:,} events, {deliveries:,} deliveries and as many attempts in {seeded:.0f} s",
+              flush=True)
+
+        spent = []
+
+        def timed(execute, sql, params, many, context):
+            begun = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                spent.append(time.perf_counter() - begun)
+
+        def db_ms(action, runs=5) -> float:
+            """The median database time of `action` over `runs` (after one warm-up)."""
+            action()
+            times = []
+            for _ in range(runs):
+                spent.clear()
+                with connection.execute_wrapper(timed):
+                    action()
+                times.append(sum(spent) * 1000)
+            return statistics.median(times)
+
+        reads = {"metrics": db_ms(lambda: list(DeliveryStateCollector().collect()))}
+        admin, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True,
+                                                                                "is_superuser": True})
+        client = Client()
+        client.force_login(admin)
+        for name, query in (("admin deliveries", ""), ("admin deliveries, failed", "?status__exact=failed"),
+                            ("admin deliveries, one event type", "?event__type=invoice.3"),
+                            ("admin events", None)):
+            url = "/admin/webhooks/event/" if query is None else "/admin/webhooks/delivery/" + query
+
+            def page(url=url):
+                response = client.get(url)
+                assert response.status_code == 200, (url, response.status_code)
+
+            reads[name] = db_ms(page)
+        for name, ms in reads.items():
+            print(f"year: {name}: {ms:.1f} ms of database time on {deliveries:,} deliveries", flush=True)
+
+        # Retention as beat runs it (EVENT_RETENTION_PAUSE_RATIO as configured): alone on the 400-day-old half,
+        # then on the 60-day-old half while wrk drives intake, against intake without it just before.
+        alone = events_prune(days=200, max_seconds=3600)
+        baseline = wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
+                       connections=16, seconds=self.seconds)
+        result = {}
+        pruner = threading.Thread(target=lambda: result.update(pruned=events_prune(max_seconds=3600)))
+        pruner.start()
+        time.sleep(1)
+        during = wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
+                     connections=16, seconds=self.seconds)
+        pruner.join()
+        pruned = result["pruned"]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM webhooks_event WHERE id LIKE 'evt_00%%'")
+            left = cursor.fetchone()[0]
+            cursor.execute("SELECT count(*) FROM webhooks_delivery WHERE id LIKE 'dlv_00%%' AND status = 'pending'")
+            pending_left = cursor.fetchone()[0]
+        self.results["year"] = {
+            "events": events, "deliveries": deliveries, "seed_seconds": seeded, "reads_db_ms": reads,
+            "pause_ratio": settings.EVENT_RETENTION_PAUSE_RATIO,
+            "alone_rows": alone.rows, "alone_seconds": alone.seconds, "alone_rows_per_second": alone.rows / alone.seconds,
+            "pruned_rows": pruned.rows, "pruned_events": pruned.events, "prune_seconds": pruned.seconds,
+            "prune_rows_per_second": pruned.rows / pruned.seconds, "kept_events": left, "must_stay": must_stay,
+            "pending_left": pending_left, "pending_seeded": events // 50 * 4,
+            "intake_p99_ms_without": baseline["p99_ms"], "intake_p99_ms_during": during["p99_ms"],
+            "p99_ratio": during["p99_ms"] / baseline["p99_ms"],
+        }
+        print(f"year: retention (pause ratio {settings.EVENT_RETENTION_PAUSE_RATIO:g}) alone deleted {alone.rows:,} "
+              f"rows in {alone.seconds:.1f} s ({alone.rows / alone.seconds:,.0f} rows/s); under intake load "
+              f"{pruned.rows:,} rows in {pruned.seconds:.1f} s "
+              f"({pruned.rows / pruned.seconds:,.0f} rows/s); kept {left:,} events "
+              f"({must_stay:,} had to stay), {pending_left:,} pending deliveries; intake p99 "
+              f"{baseline['p99_ms']:.1f} ms without, {during['p99_ms']:.1f} ms during", flush=True)
+        self.cancel_backlog()
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
+                           "webhooks_delivery, webhooks_event CASCADE")
+
     @staticmethod
     def _db_now():
         from django.db import connection
@@ -622,7 +761,7 @@ class Bench:
         try:
             self.setup()
             for name in ("intake", "delivery", "slow_receivers", "noisy_neighbour", "ordering", "throttle", "pools",
-                         "end_to_end", "fan_out", "prune", "dispatch", "memory"):
+                         "end_to_end", "fan_out", "prune", "dispatch", "year", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -655,7 +794,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
     parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,noisy_neighbour,ordering,"
-                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,memory")
+                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,memory")
     args = parser.parse_args()
     Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
 

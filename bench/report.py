@@ -22,6 +22,11 @@ TARGETS = {
     "dispatch_rate": ("retries coming due: published per second by a dispatcher run", ">= 2,000"),
     "prune_rate": ("prune rows/s", ">= 100,000"),
     "prune_p99_ratio": ("intake p99 during prune vs without", "<= 2.00x"),
+    "year_metrics": ("/metrics gauges on 5M deliveries: database time", "<= 50 ms"),
+    "year_admin": ("admin delivery list on 5M deliveries (slowest filter): database time", "<= 50 ms"),
+    "year_rate": ("retention rows/s (events + deliveries + attempts), under intake load", ">= 100,000"),
+    "year_p99_ratio": ("intake p99 during retention vs without", "<= 1.50x"),
+    "year_kept": ("retention: pending and recent events kept", "all"),
 }
 
 
@@ -72,6 +77,18 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         rows.append((*TARGETS["dispatch_db_ms"], f"{d['db_ms']:.0f} ms", d["db_ms"] <= 200))
         rows.append((*TARGETS["dispatch_backlog"], f"{d['backlog_republished']:,}", d["backlog_republished"] == 0))
         rows.append((*TARGETS["dispatch_rate"], f"{d['publish_per_second']:,.0f}", d["publish_per_second"] >= 2000))
+    if "year" in results:
+        y = results["year"]
+        reads = y["reads_db_ms"]
+        rows.append((*TARGETS["year_metrics"], f"{reads['metrics']:.1f} ms", reads["metrics"] <= 50))
+        admin = max((ms, name) for name, ms in reads.items() if name.startswith("admin deliveries"))
+        rows.append((*TARGETS["year_admin"], f"{admin[0]:.1f} ms ({admin[1]})", admin[0] <= 50))
+        rows.append((*TARGETS["year_rate"], f"{y['prune_rows_per_second']:,.0f}", y["prune_rows_per_second"] >= 100_000))
+        rows.append((*TARGETS["year_p99_ratio"], f"{y['p99_ratio']:.2f}x ({y['intake_p99_ms_during']:.1f} / "
+                                                 f"{y['intake_p99_ms_without']:.1f} ms)", y["p99_ratio"] <= 1.5))
+        kept = y["kept_events"] == y["must_stay"] and y["pending_left"] == y["pending_seeded"]
+        rows.append((*TARGETS["year_kept"], f"{y['kept_events']:,} of {y['must_stay']:,} events, "
+                                            f"{y['pending_left']:,} of {y['pending_seeded']:,} pending", kept))
     if "prune" in results:
         rate = results["prune"]["rows_per_second"]
         rows.append((*TARGETS["prune_rate"], f"{rate:,.0f}", rate >= 100_000))
@@ -162,6 +179,17 @@ def markdown(results: dict) -> str:
         lines += ["", f"Prune: {p['rows']:,} expired keys in {p['batches']} batches, {p['seconds']:.2f} s "
                       f"({p['rows_per_second']:,.0f} rows/s); intake p99 {p['intake_p99_ms_without']:.1f} ms without, "
                       f"{p['intake_p99_ms_during']:.1f} ms during."]
+    if "year" in results:
+        y = results["year"]
+        lines += ["", f"A year of history: {y['events']:,} events, {y['deliveries']:,} deliveries and as many attempts "
+                      f"(seeded in {y['seed_seconds']:.0f} s). Database time: "
+                      + ", ".join(f"{name} {ms:.1f} ms" for name, ms in y["reads_db_ms"].items())
+                      + f". Retention (pause ratio {y['pause_ratio']:g}): alone {y['alone_rows']:,} rows in "
+                      f"{y['alone_seconds']:.1f} s ({y['alone_rows_per_second']:,.0f} rows/s); under intake load "
+                      f"{y['pruned_rows']:,} rows in {y['prune_seconds']:.1f} s ({y['prune_rows_per_second']:,.0f} rows/s), "
+                      f"intake p99 {y['intake_p99_ms_without']:.1f} ms without, {y['intake_p99_ms_during']:.1f} ms during; "
+                      f"kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and {y['pending_left']:,} "
+                      f"pending deliveries."]
     if "dispatch" in results:
         d = results["dispatch"]
         lines += ["", f"Dispatcher: {d['waiting']:,} pending deliveries scheduled for later and {d['due']:,} due, "

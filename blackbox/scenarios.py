@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import threading
 import time
 import uuid
@@ -10,11 +11,14 @@ from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import psycopg
+
 from blackbox import checks, fuzz
 from blackbox.checks import Db
 from blackbox.client import Api, Reply
 from blackbox.receivers import AlwaysOk, Flapping, Gone, Hang, Receiver, Receivers, Slow, Switch
-from blackbox.stack import INTAKE_MAX_BODY_BYTES, RETRY_SCHEDULE, TIMEOUT_SECONDS, Stack, socket_owners, wait_until
+from blackbox.stack import (INTAKE_MAX_BODY_BYTES, RETRY_SCHEDULE, ROOT, TIMEOUT_SECONDS, VENV_BIN, Stack,
+                            socket_owners, wait_until)
 
 EVENTS = "/api/v1/events"
 JITTER = 0.1
@@ -40,6 +44,8 @@ class Profile:
     hang_events: int = 60
     neighbour_seconds: float = 10
     breaker_events: int = 30
+    year_events: int = 250_000  # old events seeded for the year scenario, four deliveries and attempts each
+    year_seconds: float = 15  # intake load before, and again during, the prune
 
 
 PROFILES = {
@@ -49,11 +55,11 @@ PROFILES = {
     "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=800, broker_events=400, db_events=600,
                     db_clients=20, flap_events=300, fuzz_examples=3000, fuzz_seconds=900, soak_seconds=300,
                     soak_rate=20, rss_limit_mb=300, settle_seconds=300, hang_events=200, neighbour_seconds=40,
-                    breaker_events=100),
+                    breaker_events=100, year_events=1_250_000, year_seconds=40),
 }
 
 SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "noisy-neighbour",
-             "breaker", "fuzz", "soak"]
+             "breaker", "fuzz", "soak", "year"]
 ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
            "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"]}
 KILL_MIN_IN_FLIGHT = 200  # the worker-kill scenario SIGKILLs a worker holding at least this many attempts
@@ -1048,6 +1054,148 @@ def soak(ctx: Context) -> Result:
     return result
 
 
+def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, rate: float, seconds: float
+                   ) -> tuple[dict[str, list[Reply]], list[float]]:
+    """POST `rate` events/s for `seconds` (32 clients, each retrying with its key); replies and 202 latencies."""
+    total = int(rate * seconds)
+    bodies = _bodies(prefix, ctx.run_id, total)
+    replies: dict[str, list[Reply]] = {}
+    lock = threading.Lock()
+
+    def job(key: str) -> None:
+        got = tenant.api.post_retrying(EVENTS, bodies[key], key, budget=30)
+        with lock:
+            replies[key] = got
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(32, thread_name_prefix=prefix) as pool:
+        for i, key in enumerate(bodies):
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(job, key)
+    latencies = [r.elapsed for rs in replies.values() for r in rs if r.status == 202]
+    return replies, latencies
+
+
+def year(ctx: Context) -> Result:
+    """A year of history: old events (seeded in SQL), the prune (`manage.py prune_events`, what beat runs)
+    during steady intake; nothing pending or recent may go, and intake p99 may not pass 1.5× its value
+    without the prune."""
+    profile = ctx.profile
+    n = profile.year_events
+    rate = 40.0
+    result = Result("year", load=f"{n:,} old events ×4 deliveries ×1 attempt seeded; {rate:g} events/s for "
+                                 f"{profile.year_seconds:g}s without, then during, the prune",
+                    faults="retention deleting millions of rows")
+    # the history belongs to a tenant of its own (four endpoints); the load to another
+    history = ctx.tenant("year-history")
+    archive = ctx.receivers.new("year-history", AlwaysOk())
+    for suffix in ("a", "b", "c", "d"):
+        ctx.endpoint(history, archive, ["year.old"], suffix=suffix)
+    tenant = ctx.tenant("year")
+    receiver = ctx.receivers.new("year", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["year.*"])
+    started = time.monotonic()
+    with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
+        # ids below any real ULID, as old ones are; 1 in 50 old events keeps a pending delivery (a retry in an
+        # hour), the last tenth are recent: both must stay
+        conn.execute("""
+            INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
+            SELECT 'evt_00' || lpad(g::text, 24, '0'), %(tenant)s, 'year.old', '{}',
+                   convert_to('{"type":"year.old","timestamp":"2025-01-01T00:00:00.000000Z","data":{"n":' || g
+                              || '}}', 'UTF8'), '',
+                   CASE WHEN g > %(n)s * 0.9 THEN now() - interval '1 day' ELSE now() - interval '400 days' END
+              FROM generate_series(1, %(n)s) g""", {"tenant": history.tenant_id, "n": n})
+        conn.execute("""
+            INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
+                                           next_attempt_at, created_at, updated_at)
+            SELECT 'dlv_00' || substr(e.id, 7) || ep.rank, %(tenant)s, e.id, ep.id,
+                   CASE WHEN substr(e.id, 7)::bigint %% 50 = 0 THEN 'pending' ELSE 'succeeded' END, 1,
+                   CASE WHEN substr(e.id, 7)::bigint %% 50 = 0 THEN now() + interval '1 hour' END,
+                   e.created_at, e.created_at
+              FROM webhooks_event e
+             CROSS JOIN (SELECT id, row_number() OVER (ORDER BY id) AS rank FROM webhooks_endpoint
+                          WHERE tenant_id = %(tenant)s) ep
+             WHERE e.id LIKE 'evt_00%%' AND e.tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
+        conn.execute("""
+            INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, response_status,
+                                                  response_body, error, created_at)
+            SELECT id, 1, created_at, 10, 200, 'ok', '', created_at FROM webhooks_delivery
+             WHERE id LIKE 'dlv_00%%' AND tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
+        conn.execute("""
+            INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
+            SELECT id, next_attempt_at, NULL, true FROM webhooks_delivery
+             WHERE id LIKE 'dlv_00%%' AND tenant_id = %(tenant)s AND status = 'pending'""",
+                     {"tenant": history.tenant_id})
+        conn.execute("VACUUM ANALYZE webhooks_event, webhooks_delivery, webhooks_deliveryattempt")
+
+        def census() -> dict[str, int]:
+            return dict(zip(("events", "recent", "pending", "with_pending", "rows", "must_stay"), conn.execute("""
+                SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
+                       (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
+                           AND status = 'pending'),
+                       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
+                                                         AND d.status = 'pending')),
+                       count(*) + (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s
+                                      AND id LIKE 'dlv_00%%')
+                                + (SELECT count(*) FROM webhooks_deliveryattempt a JOIN webhooks_delivery d
+                                       ON d.id = a.delivery_id WHERE d.tenant_id = %(t)s AND d.id LIKE 'dlv_00%%'),
+                       count(*) FILTER (WHERE created_at > now() - interval '30 days'
+                                           OR EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
+                                                         AND d.status = 'pending'))
+                  FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
+                {"t": history.tenant_id}).fetchone()))
+
+        before = census()
+    result.details["seeded"] = {**before, "seconds": round(time.monotonic() - started, 1)}
+
+    quiet_replies, quiet = _steady_intake(ctx, tenant, "year-quiet", rate, profile.year_seconds)
+    pruner = subprocess.Popen([str(VENV_BIN / "python"), "manage.py", "prune_events"], cwd=ROOT,
+                              env=ctx.stack.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pruned_at = time.monotonic()
+    busy_replies, busy = _steady_intake(ctx, tenant, "year-busy", rate, profile.year_seconds)
+    busy_ended = time.monotonic()
+    output, _ = pruner.communicate(timeout=1800)
+    prune_seconds = time.monotonic() - pruned_at
+    if pruner.returncode != 0:
+        result.problem(f"prune_events failed: {output[-500:]}")
+    with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
+        after = dict(zip(("events", "recent", "pending", "with_pending", "rows"), conn.execute("""
+            SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
+                   (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
+                       AND status = 'pending'),
+                   count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
+                                                     AND d.status = 'pending')), 0
+              FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
+            {"t": history.tenant_id}).fetchone()))
+    deleted = before["rows"] - (after["events"] * 9)  # what is left: events with 4 deliveries and 4 attempts each
+    result.inputs = len(quiet_replies) + len(busy_replies)
+    p99_quiet, p99_busy = checks.percentile(quiet, 99) * 1000, checks.percentile(busy, 99) * 1000
+    overlap = prune_seconds >= busy_ended - pruned_at
+    result.details.update({
+        "prune": output.strip().splitlines()[-1] if output.strip() else "", "prune_seconds": round(prune_seconds, 1),
+        "rows_per_second": round(deleted / prune_seconds), "after": after,
+        "intake_p99_ms": {"without": round(p99_quiet, 1), "during": round(p99_busy, 1)},
+        "prune_outlasted_the_load": overlap,
+    })
+    result.notes.append(f"deleted ~{deleted:,} rows in {prune_seconds:.1f} s (~{deleted / prune_seconds:,.0f}/s); "
+                        f"intake p99 {p99_quiet:.0f} ms without, {p99_busy:.0f} ms during")
+    if after["recent"] != before["recent"]:
+        result.problem(f"recent events deleted: {before['recent']} before, {after['recent']} after")
+    if after["pending"] != before["pending"] or after["with_pending"] != before["with_pending"]:
+        result.problem(f"pending deliveries or their events deleted: {before} -> {after}")
+    if after["events"] != before["must_stay"]:
+        result.problem(f"{after['events']} seeded events remain, {before['must_stay']} had to: final old ones "
+                       f"were left behind")
+    if p99_busy > 1.5 * max(p99_quiet, 20.0):
+        result.problem(f"intake p99 during the prune {p99_busy:.0f} ms > 1.5 × {max(p99_quiet, 20.0):.0f} ms")
+    event_ids = check_intake(result, ctx, tenant, {**quiet_replies, **busy_replies},
+                             list(quiet_replies) + list(busy_replies))
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
 RUNNERS = {
     "storm": storm,
     "worker-kill": worker_kill,
@@ -1058,5 +1206,6 @@ RUNNERS = {
     "noisy-neighbour": noisy_neighbour,
     "breaker": breaker,
     "fuzz": fuzz_intake,
+    "year": year,
     "soak": soak,
 }
