@@ -1054,11 +1054,12 @@ def soak(ctx: Context) -> Result:
     return result
 
 
-def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, rate: float, seconds: float
+def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: float, seconds: float
                    ) -> tuple[dict[str, list[Reply]], list[float]]:
-    """POST `rate` events/s for `seconds` (32 clients, each retrying with its key); replies and 202 latencies."""
-    total = int(rate * seconds)
-    bodies = _bodies(prefix, ctx.run_id, total)
+    """POST `rate` events/s of type `prefix.created` for `seconds` (32 clients, each retrying with its key);
+    replies and 202 latencies."""
+    keys = [f"{prefix}-{phase}-{ctx.run_id}-{n:05d}" for n in range(int(rate * seconds))]
+    bodies = {key: event_body(prefix, key, n) for n, key in enumerate(keys)}
     replies: dict[str, list[Reply]] = {}
     lock = threading.Lock()
 
@@ -1068,7 +1069,7 @@ def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, rate: float, secon
             replies[key] = got
 
     started = time.monotonic()
-    with ThreadPoolExecutor(32, thread_name_prefix=prefix) as pool:
+    with ThreadPoolExecutor(32, thread_name_prefix=f"{prefix}-{phase}") as pool:
         for i, key in enumerate(bodies):
             delay = started + i / rate - time.monotonic()
             if delay > 0:
@@ -1150,11 +1151,11 @@ def year(ctx: Context) -> Result:
         before = census()
     result.details["seeded"] = {**before, "seconds": round(time.monotonic() - started, 1)}
 
-    quiet_replies, quiet = _steady_intake(ctx, tenant, "year-quiet", rate, profile.year_seconds)
+    quiet_replies, quiet = _steady_intake(ctx, tenant, "year", "quiet", rate, profile.year_seconds)
     pruner = subprocess.Popen([str(VENV_BIN / "python"), "manage.py", "prune_events"], cwd=ROOT,
                               env=ctx.stack.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pruned_at = time.monotonic()
-    busy_replies, busy = _steady_intake(ctx, tenant, "year-busy", rate, profile.year_seconds)
+    busy_replies, busy = _steady_intake(ctx, tenant, "year", "busy", rate, profile.year_seconds)
     busy_ended = time.monotonic()
     output, _ = pruner.communicate(timeout=1800)
     prune_seconds = time.monotonic() - pruned_at
