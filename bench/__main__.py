@@ -569,14 +569,8 @@ class Bench:
         QueueProgress.objects.all().delete()
         progress.flush({settings.CELERY_TASK_DEFAULT_QUEUE: self._db_now() - timedelta(minutes=20)})
 
-        spent = []
-
-        def timed(execute, sql, params, many, context):
-            started = time.perf_counter()
-            try:
-                return execute(sql, params, many, context)
-            finally:
-                spent.append(time.perf_counter() - started)
+        timed = SqlTimer()
+        spent = timed.spent
 
         started = time.perf_counter()
         with connection.execute_wrapper(timed):
@@ -669,14 +663,8 @@ class Bench:
         print(f"year: seeded {events:,} events, {deliveries:,} deliveries and as many attempts in {seeded:.0f} s",
               flush=True)
 
-        spent = []
-
-        def timed(execute, sql, params, many, context):
-            begun = time.perf_counter()
-            try:
-                return execute(sql, params, many, context)
-            finally:
-                spent.append(time.perf_counter() - begun)
+        timed = SqlTimer()
+        spent = timed.spent
 
         def db_ms(action, runs=5) -> float:
             """The median database time of `action` over `runs` (after one warm-up)."""
@@ -774,6 +762,20 @@ class Bench:
 
         write_report(self.results, RESULTS)
         print(f"wrote {RESULTS / 'results.json'}, results.md and results.png")
+
+
+class SqlTimer:
+    """A Django execute_wrapper that adds each statement's round trip, in seconds, to `spent`."""
+
+    def __init__(self) -> None:
+        self.spent: list[float] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.spent.append(time.perf_counter() - started)
 
 
 def machine() -> dict:
