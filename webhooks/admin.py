@@ -268,12 +268,16 @@ class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     def retry_failed_deliveries(self, request, queryset):
         self._retry(request, queryset)
 
+    @staticmethod
+    def _retried(delivery: Delivery) -> bool:
+        try:
+            return delivery_service.delivery_retry(delivery=delivery).status == Delivery.PENDING
+        except Delivery.DoesNotExist:  # deleted by retention meanwhile: counted as skipped
+            return False
+
     def _retry(self, request, deliveries) -> None:
         selected = list(deliveries)
-        retried = sum(
-            delivery_service.delivery_retry(delivery=delivery).status == Delivery.PENDING
-            for delivery in selected if delivery.status == Delivery.FAILED
-        )
+        retried = sum(self._retried(delivery) for delivery in selected if delivery.status == Delivery.FAILED)
         skipped = len(selected) - retried
         if retried:
             level = messages.SUCCESS
