@@ -35,12 +35,15 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "webhooks",
     "intake",
+    "portal",
 ]
 
 MIDDLEWARE = [
     "intake.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).
+    "portal.middleware.secure_session_cookie_on_https",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -154,6 +157,10 @@ IDEMPOTENCY_RETENTION_SECONDS = env_int("IDEMPOTENCY_RETENTION_SECONDS", 86400)
 # Events older than this whose deliveries are all final are deleted, with their deliveries and
 # attempts (webhooks/services/retention.py), by beat every EVENT_RETENTION_INTERVAL_SECONDS, in
 # batches of EVENT_RETENTION_BATCH events, for up to EVENT_RETENTION_MAX_SECONDS per run.
+# The tenant portal (portal/): a one-time link opens a session for that tenant, which ends on logout
+# or after PORTAL_SESSION_SECONDS.
+PORTAL_LINK_SECONDS = env_int("PORTAL_LINK_SECONDS", 600)
+PORTAL_SESSION_SECONDS = env_int("PORTAL_SESSION_SECONDS", 8 * 3600)
 EVENT_RETENTION_DAYS = env_int("EVENT_RETENTION_DAYS", 30)
 EVENT_RETENTION_BATCH = env_int("EVENT_RETENTION_BATCH", 1000)
 EVENT_RETENTION_INTERVAL_SECONDS = env_float("EVENT_RETENTION_INTERVAL_SECONDS", 600)

@@ -10,6 +10,7 @@ urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("portal/", include("portal.urls")),
     path("api/v1/", include("intake.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -92,6 +92,11 @@ class EndpointSecretOutput(serializers.Serializer):
     secret = serializers.CharField(help_text="The current signing secret, `whsec_` + base64 of 32 bytes.")
 
 
+class PortalLinkOutput(serializers.Serializer):
+    url = serializers.URLField(help_text="Open it once, within `expires_at`, to start a portal session.")
+    expires_at = serializers.DateTimeField()
+
+
 class EventCreateInput(serializers.Serializer):
     type = serializers.CharField(max_length=200)
     data = serializers.JSONField()

@@ -17,6 +17,7 @@ from webhooks.models import Delivery
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
+from webhooks.services import portal as portal_services
 
 
 class TenantAPIView(APIView):
@@ -108,6 +109,27 @@ class EndpointRotateSecretView(TenantAPIView):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         endpoint = endpoint_services.endpoint_rotate_secret(endpoint=endpoint)
         return Response(io.EndpointOutput(endpoint).data)
+
+
+class EndpointTestView(TenantAPIView):
+    """POST: send a `herald.test` event to this endpoint only; answered like POST /events."""
+
+    @extend_schema(operation_id="endpoints_test", request=None, responses={202: io.EventOutput})
+    def post(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        event = event_services.event_send_test(endpoint=endpoint)
+        return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": reverse("event-detail", args=[event.id])})
+
+
+class PortalLinkView(TenantAPIView):
+    """POST: a one-time link to the tenant's portal, valid for PORTAL_LINK_SECONDS."""
+
+    @extend_schema(operation_id="portal_links_create", request=None, responses={201: io.PortalLinkOutput})
+    def post(self, request):
+        link, token = portal_services.portal_link_create(tenant=self.tenant)
+        url = request.build_absolute_uri(reverse("portal:open", args=[token]))
+        return Response({"url": url, "expires_at": link.expires_at}, status=status.HTTP_201_CREATED)
 
 
 class EventListCreateView(TenantAPIView):

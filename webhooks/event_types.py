@@ -10,6 +10,7 @@ ENDPOINT_TRIPPED = "herald.endpoint.tripped"
 ENDPOINT_RECOVERED = "herald.endpoint.recovered"
 ENDPOINT_DISABLED = "herald.endpoint.disabled"
 DELIVERY_FAILED = "herald.delivery.failed"
+TEST = "herald.test"  # sent to one endpoint on request (POST /endpoints/{id}/test, the portal)
 
 
 def is_valid_type(value: str) -> bool:

@@ -280,3 +280,16 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number}"
+
+
+class PortalLink(models.Model):
+    """A one-time link into a tenant's portal (portal/): only the SHA-256 of its token is kept."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="portal_links")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"portal link of {self.tenant_id}, until {self.expires_at:%Y-%m-%d %H:%M}"

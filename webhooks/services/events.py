@@ -5,7 +5,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import ids
+from webhooks import event_types, ids
 from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, Tenant
@@ -17,7 +17,8 @@ from webhooks.publishing import publisher
 # event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
 # endpoint's rank, so they stay unique and time-ordered without a round trip per id; each gets its
 # outbox row, due now and unpublished. An operational event (`herald.…`, SPEC §8) goes only to
-# endpoints whose `event_types` name it, whatever their channels.
+# endpoints whose `event_types` name it, whatever their channels; a test event (herald.test) only to the
+# endpoint it was sent to.
 _INGEST_SQL = f"""
 WITH event AS (
     INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, created_at)
@@ -27,8 +28,9 @@ WITH event AS (
     SELECT id, row_number() OVER (ORDER BY id) AS rank
       FROM {Endpoint._meta.db_table}
      WHERE tenant_id = %(tenant)s AND enabled AND deleted_at IS NULL
-       AND ((event_types = '{{}}' AND NOT %(reserved)s) OR event_types && %(patterns)s::varchar[])
-       AND (channels = '{{}}' OR channels && %(channels)s::varchar[] OR %(reserved)s)
+       AND CASE WHEN %(only)s::varchar IS NOT NULL THEN id = %(only)s
+                ELSE ((event_types = '{{}}' AND NOT %(reserved)s) OR event_types && %(patterns)s::varchar[])
+                     AND (channels = '{{}}' OR channels && %(channels)s::varchar[] OR %(reserved)s) END
 ), deliveries AS (
     INSERT INTO {Delivery._meta.db_table}
         (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
@@ -45,7 +47,7 @@ SELECT id, endpoint_id FROM deliveries
 
 
 def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[str],
-                 now: datetime | None = None) -> Event:
+                 now: datetime | None = None, only_endpoint_id: str | None = None) -> Event:
     """Create the event and one pending delivery per matching endpoint in the caller's transaction.
 
     Each delivery gets its outbox row, due now and not yet published. Once the transaction
@@ -62,7 +64,7 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
         cursor.execute(_INGEST_SQL, {
             "event_id": event.id, "tenant": tenant.pk, "type": event_type,
             "channels": channels, "payload": event.payload, "request_id": event.request_id, "now": created_at,
-            "patterns": matching_patterns(event_type), "reserved": is_reserved(event_type),
+            "patterns": matching_patterns(event_type), "reserved": is_reserved(event_type), "only": only_endpoint_id,
             "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
         })
         rows = cursor.fetchall()
@@ -79,3 +81,11 @@ def event_emit_operational(*, tenant_id: str, event_type: str, data: dict[str, A
     """Record one of Herald's own events (SPEC §8) for the tenant, in the caller's transaction."""
     assert is_reserved(event_type), event_type
     return event_ingest(tenant=Tenant(pk=tenant_id), event_type=event_type, data=data, channels=[])
+
+
+def event_send_test(*, endpoint: Endpoint) -> Event:
+    """A `herald.test` event to this endpoint only (SPEC §8), in the caller's transaction; it is delivered
+    like any event (an enabled endpoint only)."""
+    return event_ingest(tenant=Tenant(pk=endpoint.tenant_id), event_type=event_types.TEST,
+                        data={"endpoint_id": endpoint.pk, "message": "A test event sent from Herald."},
+                        channels=[], only_endpoint_id=endpoint.pk)

@@ -1,0 +1,20 @@
+"""The tenant portal, mounted at /portal/."""
+from django.urls import path
+
+from portal import views
+
+app_name = "portal"
+urlpatterns = [
+    path("open/<str:token>", views.open_link, name="open"),
+    path("logout", views.logout, name="logout"),
+    path("", views.endpoints, name="endpoints"),
+    path("endpoints/new", views.endpoint_new, name="endpoint-new"),
+    path("endpoints/<str:endpoint_id>", views.endpoint_detail, name="endpoint"),
+    path("endpoints/<str:endpoint_id>/secret", views.endpoint_secret, name="endpoint-secret"),
+    path("endpoints/<str:endpoint_id>/rotate", views.endpoint_rotate, name="endpoint-rotate"),
+    path("endpoints/<str:endpoint_id>/test", views.endpoint_test, name="endpoint-test"),
+    path("deliveries", views.deliveries, name="deliveries"),
+    path("deliveries/<str:delivery_id>", views.delivery_detail, name="delivery"),
+    path("deliveries/<str:delivery_id>/resend", views.delivery_resend, name="delivery-resend"),
+    path("events/<str:event_id>", views.event_detail, name="event"),
+]

@@ -1,0 +1,277 @@
+"""The tenant portal: server-rendered pages for a tenant's own people, opened from a one-time link.
+
+Every read goes through webhooks.selectors (scoped to the session's tenant: another tenant's object is
+404) and every write through the same services and input validation as the REST API; this module
+holds no business rule of its own. Forms carry Django's CSRF token; the session (HttpOnly, SameSite
+Lax, Secure over https) ends on logout or PORTAL_SESSION_SECONDS after the link was opened.
+"""
+import json
+import time
+from datetime import timedelta
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.db import transaction
+from django.db.models import Count
+from django.db.models.functions import TruncHour
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from intake import serializers as io
+from webhooks import ids, selectors
+from webhooks.models import Delivery, Endpoint, Tenant
+from webhooks.services import delivery as delivery_services
+from webhooks.services import endpoints as endpoint_services
+from webhooks.services import events as event_services
+from webhooks.services.portal import portal_link_redeem
+
+SESSION_TENANT, SESSION_SINCE = "portal_tenant", "portal_since"
+OUTCOMES = ("succeeded", "failed", "pending", "cancelled")
+
+
+def _refused(request, title: str, detail: str, status: int):
+    return render(request, "portal/refused.html", {"title": title, "detail": detail}, status=status)
+
+
+def _not_found(request):
+    return _refused(request, "Not found", "There is nothing here for your organisation.", 404)
+
+
+def tenant_view(view):
+    """The view runs with `request.tenant` from the session, or the visitor is told to ask for a new link."""
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        tenant_id, since = request.session.get(SESSION_TENANT), request.session.get(SESSION_SINCE, 0)
+        if tenant_id is None or time.time() - since > settings.PORTAL_SESSION_SECONDS:
+            request.session.flush()
+            return _refused(request, "Your portal session has ended",
+                            "Ask for a new portal link to come back.", 403)
+        request.tenant = Tenant.objects.get(pk=tenant_id)
+        return view(request, *args, **kwargs)
+    return wrapper
+
+
+@require_http_methods(["GET"])
+def open_link(request, token: str):
+    tenant_id = portal_link_redeem(token=token)
+    if tenant_id is None:
+        return _refused(request, "This link cannot be used",
+                        "A portal link opens once, within a few minutes of being made. Ask for a new one.", 410)
+    request.session.flush()  # a fresh session id: nothing carried over from before the link
+    request.session[SESSION_TENANT], request.session[SESSION_SINCE] = tenant_id, time.time()
+    request.session.set_expiry(settings.PORTAL_SESSION_SECONDS)
+    return redirect("portal:endpoints")
+
+
+@require_POST
+def logout(request):
+    request.session.flush()
+    return _refused(request, "Signed out", "Your portal session has ended.", 200)
+
+
+def _chart(tenant: Tenant, endpoint_ids: list[str]) -> dict[str, list[dict]]:
+    """Per endpoint, 24 hourly bars of its deliveries by outcome (ids are ULIDs: the last day is an id range)."""
+    now = timezone.now()
+    since = (now - timedelta(hours=23)).replace(minute=0, second=0, microsecond=0)
+    rows = (Delivery.objects.filter(tenant=tenant, endpoint_id__in=endpoint_ids, id__gte=ids.boundary("dlv", since))
+            .annotate(hour=TruncHour("created_at")).values("endpoint_id", "hour", "status")
+            .annotate(n=Count("id")))
+    counts = {(row["endpoint_id"], row["hour"], row["status"]): row["n"] for row in rows}
+    hours = [since + timedelta(hours=h) for h in range(24)]
+    peak = max(counts.values(), default=0) or 1
+    chart = {}
+    for endpoint_id in endpoint_ids:
+        bars = []
+        for x, hour in enumerate(hours):
+            y, stack = 40.0, []
+            for outcome in OUTCOMES:
+                n = counts.get((endpoint_id, hour, outcome), 0)
+                if n:
+                    height = 40.0 * n / peak
+                    y -= height
+                    stack.append({"outcome": outcome, "n": n, "y": round(y, 1), "height": round(height, 1)})
+            bars.append({"x": x * 10, "hour": hour, "stack": stack})
+        chart[endpoint_id] = bars
+    return chart
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def endpoints(request):
+    rows = list(selectors.endpoint_list(tenant=request.tenant).order_by("-id"))
+    chart = _chart(request.tenant, [endpoint.pk for endpoint in rows])
+    return render(request, "portal/endpoints.html", {
+        "endpoints": [{"endpoint": endpoint, "bars": chart[endpoint.pk]} for endpoint in rows]})
+
+
+def _form_data(post) -> dict:
+    """The endpoint form's fields as the API's input takes them (lists from comma-separated text)."""
+    data = {}
+    for name in ("url", "description", "ordering"):
+        if name in post:
+            data[name] = post[name].strip()
+    for name in ("event_types", "channels"):
+        if name in post:
+            data[name] = [item.strip() for item in post[name].split(",") if item.strip()]
+    for name in ("max_in_flight", "throttle_rate"):
+        if name in post:
+            data[name] = post[name].strip() or None
+    if "enabled" in post:
+        data["enabled"] = post["enabled"] == "on"
+    return data
+
+
+def _form(endpoint: Endpoint | None, values: dict | None) -> dict[str, str]:
+    """What the endpoint form's fields show: what was just submitted, else the endpoint's own values."""
+    def shown(name, default=""):
+        value = (values or {}).get(name, getattr(endpoint, name, default) if endpoint is not None else default)
+        if isinstance(value, list):
+            return ", ".join(value)
+        return "" if value is None else str(value)
+    return {name: shown(name) for name in ("url", "description", "event_types", "channels", "max_in_flight",
+                                           "throttle_rate")} | {"ordering": shown("ordering", Endpoint.UNORDERED)}
+
+
+def _errors(serializer) -> dict[str, str]:
+    return {field: " ".join(str(message) for message in messages_) if isinstance(messages_, list) else str(messages_)
+            for field, messages_ in serializer.errors.items()}
+
+
+@tenant_view
+@require_http_methods(["GET", "POST"])
+def endpoint_new(request):
+    values, errors = {}, {}
+    if request.method == "POST":
+        values = _form_data(request.POST)
+        form = io.EndpointCreateInput(data=values)
+        if form.is_valid():
+            try:
+                endpoint = endpoint_services.endpoint_create(tenant=request.tenant, **form.validated_data)
+            except endpoint_services.EndpointUrlRefused as exc:
+                errors = {"url": str(exc)}
+            else:
+                messages.success(request, "Endpoint created. Reveal its signing secret below.")
+                return redirect("portal:endpoint", endpoint.pk)
+        else:
+            errors = _errors(form)
+    return render(request, "portal/endpoint_form.html", {"form": _form(None, values), "errors": errors},
+                  status=400 if errors else 200)
+
+
+def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, secret=None, status=200):
+    recent = selectors.delivery_list(tenant=request.tenant, endpoint_id=endpoint.pk).select_related("event")[:20]
+    return render(request, "portal/endpoint.html", {
+        "endpoint": endpoint, "form": _form(endpoint, values), "errors": errors or {}, "secret": secret,
+        "recent": recent,
+        "bars": _chart(request.tenant, [endpoint.pk])[endpoint.pk],
+        "max_in_flight": endpoint_services.endpoint_max_in_flight(endpoint)}, status=status)
+
+
+@tenant_view
+@require_http_methods(["GET", "POST"])
+def endpoint_detail(request, endpoint_id: str):
+    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
+    if endpoint is None:
+        return _not_found(request)
+    if request.method == "GET":
+        return _endpoint_page(request, endpoint)
+    values = _form_data(request.POST)
+    if "enabled" not in request.POST and request.POST.get("form") == "edit":
+        values["enabled"] = False  # an unticked checkbox sends nothing
+    form = io.EndpointUpdateInput(data=values, partial=True)
+    if not form.is_valid():
+        return _endpoint_page(request, endpoint, values=values, errors=_errors(form), status=400)
+    try:
+        endpoint_services.endpoint_update(endpoint=endpoint, **form.validated_data)
+    except endpoint_services.EndpointUrlRefused as exc:
+        return _endpoint_page(request, endpoint, values=values, errors={"url": str(exc)}, status=400)
+    messages.success(request, "Endpoint saved.")
+    return redirect("portal:endpoint", endpoint.pk)
+
+
+@tenant_view
+@require_POST
+def endpoint_secret(request, endpoint_id: str):
+    """The secret, shown on an explicit click (a POST: never in a link, a history entry or a cache)."""
+    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
+    if endpoint is None:
+        return _not_found(request)
+    response = _endpoint_page(request, endpoint, secret=selectors.endpoint_secret(endpoint=endpoint))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@tenant_view
+@require_POST
+def endpoint_rotate(request, endpoint_id: str):
+    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
+    if endpoint is None:
+        return _not_found(request)
+    endpoint_services.endpoint_rotate_secret(endpoint=endpoint)
+    messages.success(request, "A new secret signs from now on; the previous one keeps signing for 24 hours.")
+    return redirect("portal:endpoint", endpoint.pk)
+
+
+@tenant_view
+@require_POST
+def endpoint_test(request, endpoint_id: str):
+    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
+    if endpoint is None:
+        return _not_found(request)
+    with transaction.atomic():
+        event = event_services.event_send_test(endpoint=endpoint)
+    messages.success(request, "Test event sent.")
+    return redirect("portal:event", event.pk)
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def deliveries(request):
+    filters = io.DeliveryFilterInput(data={k: v for k, v in request.GET.items() if k in ("status", "endpoint") and v})
+    chosen = filters.validated_data if filters.is_valid() else {}
+    rows = selectors.delivery_list(tenant=request.tenant, status=chosen.get("status"),
+                                   endpoint_id=chosen.get("endpoint"))
+    event_type = request.GET.get("type", "").strip()
+    if event_type:
+        rows = rows.filter(event__type=event_type)
+    return render(request, "portal/deliveries.html", {
+        "deliveries": rows.select_related("event", "endpoint").order_by("-id")[:50],
+        "endpoints": selectors.endpoint_list(tenant=request.tenant).order_by("url"),
+        "statuses": [status for status, _ in Delivery.STATUSES],
+        "chosen": {"status": chosen.get("status", ""), "endpoint": chosen.get("endpoint", ""), "type": event_type}})
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def delivery_detail(request, delivery_id: str):
+    delivery = selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id)
+    if delivery is None:
+        return _not_found(request)
+    return render(request, "portal/delivery.html", {"delivery": delivery, "attempts": delivery.attempts.all()})
+
+
+@tenant_view
+@require_POST
+def delivery_resend(request, delivery_id: str):
+    delivery = selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id)
+    if delivery is None:
+        return _not_found(request)
+    try:
+        delivery = delivery_services.delivery_retry(delivery=delivery)
+    except Delivery.DoesNotExist:  # deleted by retention meanwhile
+        return _not_found(request)
+    messages.success(request, "Sent again." if delivery.status == Delivery.PENDING else "It is still being sent.")
+    return redirect("portal:delivery", delivery.pk)
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def event_detail(request, event_id: str):
+    event = selectors.event_get(tenant=request.tenant, event_id=event_id)
+    if event is None:
+        return _not_found(request)
+    return render(request, "portal/event.html", {
+        "event": event, "payload": json.dumps(event.data, indent=2, ensure_ascii=False),
+        "deliveries": selectors.delivery_list(tenant=request.tenant, event_id=event.pk).select_related("event")})
