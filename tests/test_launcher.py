@@ -1,4 +1,5 @@
 """The quick start as a new user lives it: scripts/up, paste the printed curl, see the delivery."""
+import json
 import os
 import re
 import shlex
@@ -31,7 +32,8 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
     try:
         wait_until(lambda: "Booting worker" in output() and "ready." in output() and "receiving webhooks" in output(),
                    timeout=90, message="scripts/up to start web, worker and receiver")
-        post_curl, list_curl = [line.strip() for line in output().splitlines() if line.strip().startswith("curl ")]
+        post_curl, list_curl, portal_curl = [line.strip() for line in output().splitlines()
+                                             if line.strip().startswith("curl ")]
 
         # the user pastes the first curl into a shell
         event = subprocess.run(["bash", "-c", post_curl], capture_output=True, text=True, check=True).stdout
@@ -45,6 +47,12 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
         # the demo receiver verified the signature and printed the event, prefixed with its name
         assert re.search(rf"receiver\.\d+\s+\| {event_id} invoice.paid", output())
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        # the third opens the demo tenant's portal, where the demo endpoint and its delivery show
+        link = json.loads(subprocess.run(["bash", "-c", portal_curl], capture_output=True, text=True,
+                                         check=True).stdout)["url"]
+        portal = requests.Session()
+        assert portal.get(link, timeout=10).url.endswith("/portal/")
+        assert event_id in portal.get(f"http://127.0.0.1:{port}/portal/deliveries", timeout=10).text
         key_file = os.path.join(data, "secret_key")
         assert len(open(key_file).read().strip()) >= 50 and os.stat(key_file).st_mode & 0o077 == 0
     finally:
