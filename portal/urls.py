@@ -16,5 +16,6 @@ urlpatterns = [
     path("deliveries", views.deliveries, name="deliveries"),
     path("deliveries/<str:delivery_id>", views.delivery_detail, name="delivery"),
     path("deliveries/<str:delivery_id>/resend", views.delivery_resend, name="delivery-resend"),
+    path("events", views.events, name="events"),
     path("events/<str:event_id>", views.event_detail, name="event"),
 ]

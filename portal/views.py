@@ -268,6 +268,14 @@ def delivery_resend(request, delivery_id: str):
 
 @tenant_view
 @require_http_methods(["GET"])
+def events(request):
+    event_type = request.GET.get("type", "").strip()
+    rows = selectors.event_list(tenant=request.tenant, event_type=event_type or None).order_by("-id")[:50]
+    return render(request, "portal/events.html", {"events": rows, "chosen": {"type": event_type}})
+
+
+@tenant_view
+@require_http_methods(["GET"])
 def event_detail(request, event_id: str):
     event = selectors.event_get(tenant=request.tenant, event_id=event_id)
     if event is None:

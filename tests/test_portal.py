@@ -185,3 +185,17 @@ def test_the_chart_counts_the_last_days_deliveries_by_outcome(api):
 def test_a_portal_link_is_for_an_authenticated_credential_only(api):
     assert Client().post("/api/v1/portal-links", HTTP_IDEMPOTENCY_KEY="portal-link-0001").status_code == 401
     assert make_api("globex").post("portal-links").status_code == 201
+
+
+def test_events_are_listed_by_type_with_their_deliveries_and_only_the_tenants(api, other_api):
+    create_endpoint(api, "https://a.example.com/hook")
+    create_endpoint(other_api, "https://b.example.com/hook")
+    paid = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    created = api.post("events", {"type": "customer.created", "data": {}}).json()
+    theirs = other_api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    client = _portal(api)
+    listed = client.get("/portal/events").content.decode()
+    assert paid["id"] in listed and created["id"] in listed and theirs["id"] not in listed
+    assert paid["deliveries"][0]["id"] in listed  # each event links its deliveries, with their status
+    filtered = client.get("/portal/events", {"type": "customer.created"}).content.decode()
+    assert created["id"] in filtered and paid["id"] not in filtered

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PAGES = ("portal-endpoints", "portal-endpoint-new", "portal-endpoint", "portal-event", "portal-delivery-succeeded",
-         "portal-delivery-resent", "portal-deliveries", "portal-link-refused", "portal-not-found")
+         "portal-delivery-resent", "portal-deliveries", "portal-events", "portal-link-refused", "portal-not-found")
 
 
 @pytest.fixture
@@ -114,6 +114,10 @@ def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, re
             page.goto(f"{base}/portal/deliveries?type=herald.test")
             expect(page.locator("table")).to_contain_text("herald.test")
             shot(page, "portal-deliveries")
+
+            page.click("header >> text=Events")
+            expect(page.locator("table")).to_contain_text("herald.test")
+            shot(page, "portal-events")
 
             # rotating the secret: a new one shows when revealed
             page.goto(f"{base}/portal/")
