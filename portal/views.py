@@ -25,7 +25,7 @@ from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
-from webhooks.services.portal import portal_link_redeem
+from webhooks.services.portal import portal_link_redeem, portal_link_usable
 
 SESSION_TENANT, SESSION_SINCE = "portal_tenant", "portal_since"
 OUTCOMES = ("succeeded", "failed", "pending", "cancelled")
@@ -53,16 +53,26 @@ def tenant_view(view):
     return wrapper
 
 
-@require_http_methods(["GET"])
+@require_http_methods(["GET", "POST"])
 def open_link(request, token: str):
+    """GET shows a button; its POST redeems the link. Mail scanners and chat unfurlers fetch links with
+    GET: were GET to redeem it, the person it was meant for would find it used."""
+    if request.method == "GET":
+        if not portal_link_usable(token=token):
+            return _link_refused(request)
+        return render(request, "portal/open.html")
     tenant_id = portal_link_redeem(token=token)
     if tenant_id is None:
-        return _refused(request, "This link cannot be used",
-                        "A portal link opens once, within a few minutes of being made. Ask for a new one.", 410)
+        return _link_refused(request)
     request.session.flush()  # a fresh session id: nothing carried over from before the link
     request.session[SESSION_TENANT], request.session[SESSION_SINCE] = tenant_id, time.time()
     request.session.set_expiry(settings.PORTAL_SESSION_SECONDS)
     return redirect("portal:endpoints")
+
+
+def _link_refused(request):
+    return _refused(request, "This link cannot be used",
+                    "A portal link opens once, within a few minutes of being made. Ask for a new one.", 410)
 
 
 @require_POST

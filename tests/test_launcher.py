@@ -51,7 +51,10 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
         link = json.loads(subprocess.run(["bash", "-c", portal_curl], capture_output=True, text=True,
                                          check=True).stdout)["url"]
         portal = requests.Session()
-        assert portal.get(link, timeout=10).url.endswith("/portal/")
+        shown = portal.get(link, timeout=10).text
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', shown).group(1)
+        opened = portal.post(link, data={"csrfmiddlewaretoken": csrf}, headers={"Referer": link}, timeout=10)
+        assert opened.url.endswith("/portal/")
         assert event_id in portal.get(f"http://127.0.0.1:{port}/portal/deliveries", timeout=10).text
         key_file = os.path.join(data, "secret_key")
         assert len(open(key_file).read().strip()) >= 50 and os.stat(key_file).st_mode & 0o077 == 0

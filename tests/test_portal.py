@@ -22,9 +22,18 @@ def _link(api) -> str:
     return urlsplit(body["url"]).path
 
 
+def _open(client: Client, path: str, **options):
+    """What a person does with a link: open it (a page with a button), then press Continue."""
+    shown = client.get(path, **options)
+    if shown.status_code != 200:
+        return shown
+    assert b'id="continue"' in shown.content
+    return client.post(path, {"csrfmiddlewaretoken": str(shown.context["csrf_token"])}, **options)
+
+
 def _portal(api, **client_options) -> Client:
     client = Client(**client_options)
-    response = client.get(_link(api))
+    response = _open(client, _link(api))
     assert response.status_code == 302 and response["Location"] == "/portal/"
     return client
 
@@ -36,8 +45,11 @@ def test_a_link_opens_once_with_a_strict_cookie_and_only_within_its_time(api, se
     assert token not in link.token_hash and len(link.token_hash) == 64  # only its hash is kept
     assert 590 <= (link.expires_at - timezone.now()).total_seconds() <= 600
 
+    # fetching it (a mail scanner, a chat preview) does not use it up
+    for _ in range(3):
+        assert Client().get(path).status_code == 200
     client = Client()
-    opened = client.get(path)
+    opened = _open(client, path)
     assert opened.status_code == 302
     cookie = opened.cookies[settings.SESSION_COOKIE_NAME]
     assert cookie["httponly"] and cookie["samesite"] == "Lax" and not cookie["secure"]  # plain http locally
@@ -45,13 +57,14 @@ def test_a_link_opens_once_with_a_strict_cookie_and_only_within_its_time(api, se
 
     again = Client().get(path)
     assert again.status_code == 410 and b"cannot be used" in again.content
+    assert Client().post(path).status_code == 410
     # a link past its time is refused too; behind https the cookie is Secure
     expired = _link(api)
     PortalLink.objects.filter(expires_at__gt=timezone.now() + timedelta(seconds=60)).update(
         expires_at=timezone.now() - timedelta(seconds=1))
     assert Client().get(expired).status_code == 410
-    secure = Client().get(_link(api), secure=True)
-    assert secure.cookies[settings.SESSION_COOKIE_NAME]["secure"]
+    secure = _open(Client(), _link(api), secure=True)
+    assert secure.status_code == 302 and secure.cookies[settings.SESSION_COOKIE_NAME]["secure"]
 
 
 def test_the_session_ends_on_logout_and_after_its_hours(api, settings):
@@ -88,7 +101,9 @@ def test_another_tenants_objects_are_not_found_and_nothing_of_theirs_changes(api
 def test_every_form_needs_its_csrf_token(api):
     endpoint = create_endpoint(api, "https://a.example.com/hook")
     client = Client(enforce_csrf_checks=True)
-    assert client.get(_link(api)).status_code == 302
+    link = _link(api)
+    assert client.post(link).status_code == 403  # even the link's own button
+    assert _open(client, link).status_code == 302
     assert client.post(f"/portal/endpoints/{endpoint['id']}/rotate").status_code == 403
     assert client.post("/portal/endpoints/new", {"url": "https://b.example.com/"}).status_code == 403
     assert Endpoint.objects.count() == 1

@@ -68,6 +68,7 @@ def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, re
 
             # the one-time link opens the tenant's portal
             page.goto(base + link)
+            page.click("#continue")
             expect(page).to_have_url(f"{base}/portal/")
             expect(page.locator("header")).to_contain_text("acme")
             cookie = next(c for c in page.context.cookies() if c["name"] == "sessionid")

@@ -30,3 +30,9 @@ def portal_link_redeem(*, token: str) -> str | None:
     if not opened.update(used_at=now):
         return None
     return PortalLink.objects.filter(token_hash=_hash(token)).values_list("tenant_id", flat=True).first()
+
+
+def portal_link_usable(*, token: str) -> bool:
+    """Whether the link would open now (a read: it stays unused)."""
+    return PortalLink.objects.filter(token_hash=_hash(token), used_at__isnull=True,
+                                     expires_at__gt=timezone.now()).exists()
