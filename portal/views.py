@@ -39,6 +39,17 @@ def _not_found(request):
     return _refused(request, "Not found", "There is nothing here for your organisation.", 404)
 
 
+class _NotTheirs(Exception):
+    """Nothing of that id belongs to the session's tenant (or it was deleted meanwhile): a 404 page."""
+
+
+def _own(found):
+    """A selector's answer (already scoped to the tenant), or the 404 page."""
+    if found is None:
+        raise _NotTheirs
+    return found
+
+
 def tenant_view(view):
     """The view runs with `request.tenant` from the session, or the visitor is told to ask for a new link."""
     @wraps(view)
@@ -49,7 +60,10 @@ def tenant_view(view):
             return _refused(request, "Your portal session has ended",
                             "Ask for a new portal link to come back.", 403)
         request.tenant = Tenant.objects.get(pk=tenant_id)
-        return view(request, *args, **kwargs)
+        try:
+            return view(request, *args, **kwargs)
+        except (_NotTheirs, Delivery.DoesNotExist):  # (a delivery deleted by retention while resent)
+            return _not_found(request)
     return wrapper
 
 
@@ -182,9 +196,7 @@ def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, sec
 @tenant_view
 @require_http_methods(["GET", "POST"])
 def endpoint_detail(request, endpoint_id: str):
-    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
-    if endpoint is None:
-        return _not_found(request)
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
     if request.method == "GET":
         return _endpoint_page(request, endpoint)
     values = _form_data(request.POST)
@@ -205,9 +217,7 @@ def endpoint_detail(request, endpoint_id: str):
 @require_POST
 def endpoint_secret(request, endpoint_id: str):
     """The secret, shown on an explicit click (a POST: never in a link, a history entry or a cache)."""
-    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
-    if endpoint is None:
-        return _not_found(request)
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
     response = _endpoint_page(request, endpoint, secret=selectors.endpoint_secret(endpoint=endpoint))
     response["Cache-Control"] = "no-store"
     return response
@@ -216,9 +226,7 @@ def endpoint_secret(request, endpoint_id: str):
 @tenant_view
 @require_POST
 def endpoint_rotate(request, endpoint_id: str):
-    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
-    if endpoint is None:
-        return _not_found(request)
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
     endpoint_services.endpoint_rotate_secret(endpoint=endpoint)
     messages.success(request, "A new secret signs from now on; the previous one keeps signing for 24 hours.")
     return redirect("portal:endpoint", endpoint.pk)
@@ -227,9 +235,7 @@ def endpoint_rotate(request, endpoint_id: str):
 @tenant_view
 @require_POST
 def endpoint_test(request, endpoint_id: str):
-    endpoint = selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id)
-    if endpoint is None:
-        return _not_found(request)
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
     with transaction.atomic():
         event = event_services.event_send_test(endpoint=endpoint)
     messages.success(request, "Test event sent.")
@@ -256,22 +262,15 @@ def deliveries(request):
 @tenant_view
 @require_http_methods(["GET"])
 def delivery_detail(request, delivery_id: str):
-    delivery = selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id)
-    if delivery is None:
-        return _not_found(request)
+    delivery = _own(selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id))
     return render(request, "portal/delivery.html", {"delivery": delivery, "attempts": delivery.attempts.all()})
 
 
 @tenant_view
 @require_POST
 def delivery_resend(request, delivery_id: str):
-    delivery = selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id)
-    if delivery is None:
-        return _not_found(request)
-    try:
-        delivery = delivery_services.delivery_retry(delivery=delivery)
-    except Delivery.DoesNotExist:  # deleted by retention meanwhile
-        return _not_found(request)
+    delivery = _own(selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id))
+    delivery = delivery_services.delivery_retry(delivery=delivery)
     messages.success(request, "Sent again." if delivery.status == Delivery.PENDING else "It is still being sent.")
     return redirect("portal:delivery", delivery.pk)
 
@@ -287,9 +286,7 @@ def events(request):
 @tenant_view
 @require_http_methods(["GET"])
 def event_detail(request, event_id: str):
-    event = selectors.event_get(tenant=request.tenant, event_id=event_id)
-    if event is None:
-        return _not_found(request)
+    event = _own(selectors.event_get(tenant=request.tenant, event_id=event_id))
     return render(request, "portal/event.html", {
         "event": event, "payload": json.dumps(event.data, indent=2, ensure_ascii=False),
         "deliveries": selectors.delivery_list(tenant=request.tenant, event_id=event.pk).select_related("event")})

@@ -2,50 +2,18 @@
 finds a failed delivery, reads its attempts, retries it, and watches it succeed."""
 import re
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM_ARGS, chromium_ready, herald  # noqa: F401 - herald is a fixture
 from tests.conftest import make_api, wait_until
-from tests.processes import ROOT, celery_beat, celery_worker, free_port, gunicorn
+from tests.processes import ROOT
 from webhooks.models import Delivery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-INSTALL_LOG = Path("/tmp/chromium-install.log")  # written by a background `apt-get install chromium`, if any
 SCREENSHOT = ROOT / "tests" / "artifacts" / "admin-delivery-succeeded.png"
 USERNAME, PASSWORD = "ops", "correct-horse-battery-staple"
-
-
-def chromium_ready(timeout: float = 900) -> Path:
-    """Wait for a background Chromium install to say `done`; fail (never skip) if there is no browser."""
-    deadline = time.monotonic() + timeout
-    while INSTALL_LOG.exists() and time.monotonic() < deadline:
-        if any(line.strip() == "done" for line in INSTALL_LOG.read_text(errors="replace").splitlines()):
-            break
-        time.sleep(2)
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: this test needs Debian's Chromium "
-                    "(`apt-get install -y chromium`)", pytrace=False)
-    return CHROMIUM
-
-
-@pytest.fixture
-def herald(django_db_setup):
-    """The whole system as deployed: gunicorn (admin + static files), a Celery worker, and beat."""
-    processes = []
-    try:
-        processes.append(celery_worker("admin-browser", concurrency=1))
-        processes.append(celery_beat())
-        server = gunicorn(free_port(), workers=2)
-        processes.append(server)
-        yield server
-    finally:
-        for process in reversed(processes):
-            process.stop()
 
 
 def test_an_operator_retries_a_failed_delivery_in_the_browser(herald, receiver, django_user_model):

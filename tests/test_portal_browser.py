@@ -9,29 +9,15 @@ from urllib.parse import urlsplit
 import pytest
 from standardwebhooks import Webhook
 
+from tests.browser import CHROMIUM_ARGS, chromium_ready, herald  # noqa: F401 - herald is a fixture
 from tests.conftest import create_endpoint, make_api
-from tests.processes import ROOT, celery_beat, celery_worker, free_port, gunicorn
-from tests.test_admin_browser import CHROMIUM_ARGS, chromium_ready
+from tests.processes import ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 PAGES = ("portal-endpoints", "portal-endpoint-new", "portal-endpoint", "portal-event", "portal-delivery-succeeded",
          "portal-delivery-resent", "portal-deliveries", "portal-events", "portal-link-refused", "portal-not-found")
-
-
-@pytest.fixture
-def herald(django_db_setup):
-    processes = []
-    try:
-        processes.append(celery_worker("portal-browser", concurrency=4))
-        processes.append(celery_beat())
-        server = gunicorn(free_port(), workers=2)
-        processes.append(server)
-        yield server
-    finally:
-        for process in reversed(processes):
-            process.stop()
 
 
 def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, receiver):
