@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from config.celery import app as celery_app
 from intake.problems import problem_response
 from webhooks.metrics import DeliveryStateCollector
+from webhooks.models import DISPATCHER
 
 logger = logging.getLogger("herald.ops")
 
@@ -42,10 +43,27 @@ def _broker() -> str:
 
 @require_GET
 def healthz(request):
-    """200 when PostgreSQL and the broker answer, 503 (with which one failed) otherwise."""
+    """200 when PostgreSQL and the broker answer, 503 (with which one failed) otherwise. It also tells
+    how long ago beat's dispatcher last ran: past 3 intervals the status is `degraded` (still 200: the
+    API serves, but retries and recoveries wait for a beat)."""
     checks = {"database": _database(), "broker": _broker()}
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "unavailable", **checks}, status=200 if healthy else 503)
+    age = dispatcher_age() if checks["database"] == "ok" else None
+    stale = age is None or age > 3 * settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS
+    status = "unavailable" if not healthy else "degraded" if stale else "ok"
+    body = {"status": status, **checks,
+            "dispatcher": {"last_run_age_seconds": None if age is None else round(age, 1),
+                           "status": "never ran" if age is None else "stale" if stale else "ok"}}
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+def dispatcher_age() -> float | None:
+    """Seconds since beat's dispatcher last ran (None if it never did)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXTRACT(EPOCH FROM now() - at) FROM webhooks_heartbeat WHERE name = %s",
+                       [DISPATCHER])
+        row = cursor.fetchone()
+    return float(row[0]) if row else None
 
 
 def _presents(request, token: str) -> bool:

@@ -267,6 +267,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS["ack_emulation"] = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # A periodic task not started before its next run is due is dropped (expires), so beat never
 # piles up copies of the same work while the workers are busy.
+# Several beats may run (on different hosts): only the holder of a PostgreSQL advisory lock ticks
+# (config/beat.py); /healthz reports the age of the dispatcher's last run.
+CELERY_BEAT_SCHEDULER = "config.beat:LeaderScheduler"
 CELERY_BEAT_SCHEDULE = {
     "dispatch-due-deliveries": {"task": "webhooks.dispatch_due", "schedule": WEBHOOK_DISPATCH_INTERVAL_SECONDS,
                                 "options": {"expires": max(10.0, 4 * WEBHOOK_DISPATCH_INTERVAL_SECONDS)}},

@@ -9,7 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn, run_dir
-from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint
+from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
+from webhooks.tasks import dispatch_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,10 +23,22 @@ def _samples(text):
     return out
 
 
-def test_healthz_is_200_when_database_and_broker_answer():
-    response = Client().get("/healthz")
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+def test_healthz_is_200_when_database_and_broker_answer_and_says_how_old_the_dispatchers_last_run_is(settings):
+    interval = settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS
+    never = Client().get("/healthz")
+    assert never.status_code == 200
+    assert never.json() == {"status": "degraded", "database": "ok", "broker": "ok",
+                            "dispatcher": {"last_run_age_seconds": None, "status": "never ran"}}
+    dispatch_due()  # what beat's task runs
+    fresh = Client().get("/healthz").json()
+    assert fresh["status"] == "ok" and fresh["dispatcher"]["status"] == "ok"
+    assert 0 <= fresh["dispatcher"]["last_run_age_seconds"] < interval
+    Heartbeat.objects.filter(name="dispatcher").update(at=timezone.now() - timedelta(seconds=3 * interval + 1))
+    stale = Client().get("/healthz")
+    assert stale.status_code == 200  # the API serves; retries and recoveries wait for a beat
+    assert stale.json()["status"] == "degraded" and stale.json()["dispatcher"]["status"] == "stale"
+    samples = _samples(Client().get("/metrics").content.decode())
+    assert 3 * interval + 1 <= samples[("herald_dispatcher_last_run_age_seconds", ())] < 3 * interval + 30
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from django.db import connection
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
-from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint
+from webhooks.models import DISPATCHER, Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
 from webhooks.transport import AttemptResult
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -58,18 +58,22 @@ class DeliveryStateCollector:
                      WHERE o.published_at IS NOT NULL ORDER BY o.published_at LIMIT 1))), 0),
                (SELECT count(*) FROM {DeliveryLease._meta.db_table} WHERE until > now()),
                (SELECT count(*) FROM {Endpoint._meta.db_table}
-                 WHERE tripped_at IS NOT NULL AND enabled AND deleted_at IS NULL)
+                 WHERE tripped_at IS NOT NULL AND enabled AND deleted_at IS NULL),
+               (SELECT EXTRACT(EPOCH FROM now() - at) FROM {Heartbeat._meta.db_table} WHERE name = '{DISPATCHER}')
     """
 
     def collect(self):
         with connection.cursor() as cursor:
             cursor.execute(self._SQL)
-            pending, failed, oldest, in_flight, tripped = cursor.fetchone()
+            pending, failed, oldest, in_flight, tripped, dispatcher_age = cursor.fetchone()
         yield GaugeMetricFamily("herald_delivery_attempts_in_flight",
                                 "Attempts holding a live lease, across every worker", value=in_flight)
         yield GaugeMetricFamily("herald_endpoints_tripped", "Endpoints whose circuit breaker is open", value=tripped)
         yield GaugeMetricFamily("herald_deliveries_pending", "Deliveries waiting to be sent", value=pending)
         yield GaugeMetricFamily("herald_deliveries_failed", "Deliveries that exhausted their schedule", value=failed)
+        if dispatcher_age is not None:
+            yield GaugeMetricFamily("herald_dispatcher_last_run_age_seconds",
+                                    "Seconds since beat's dispatcher last ran", value=float(dispatcher_age))
         yield GaugeMetricFamily("herald_oldest_due_delivery_age_seconds",
                                 "How long the oldest due delivery has waited for a worker (parked ones aside)",
                                 value=float(oldest))

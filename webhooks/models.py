@@ -293,3 +293,16 @@ class PortalLink(models.Model):
 
     def __str__(self) -> str:
         return f"portal link of {self.tenant_id}, until {self.expires_at:%Y-%m-%d %H:%M}"
+
+
+DISPATCHER = "dispatcher"
+
+
+class Heartbeat(models.Model):
+    """When a periodic job last ran (`dispatcher`: beat's dispatcher, see /healthz and /metrics)."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%H:%M:%S}"

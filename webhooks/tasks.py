@@ -1,9 +1,11 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
 from django.conf import settings
+from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 
 from webhooks import engine, progress
+from webhooks.models import DISPATCHER, Heartbeat
 from webhooks.services import delivery as delivery_service
 from webhooks.services.retention import events_prune
 
@@ -35,7 +37,9 @@ def _deliver(delivery_id: str) -> None:
 @shared_task(name="webhooks.dispatch_due", ignore_result=True)
 def dispatch_due() -> int:
     """Beat: publish every due delivery whose task is not waiting; this is what recovers lost tasks."""
-    return len(delivery_service.deliveries_dispatch_due())
+    published = len(delivery_service.deliveries_dispatch_due())
+    Heartbeat.objects.update_or_create(name=DISPATCHER, defaults={"at": Now()})
+    return published
 
 
 @shared_task(name="webhooks.disable_failing_endpoints", ignore_result=True)
