@@ -1,13 +1,16 @@
-"""Two `celery -A config beat` processes at once, as on two hosts: one ticks, the other takes over when
-it dies (SIGKILL: no goodbye), within 2 x WEBHOOK_DISPATCH_INTERVAL_SECONDS + 10 s."""
+"""Several hosts: two `celery -A config beat` processes at once (one ticks, the other takes over when it
+dies: SIGKILL, no goodbye, within 2 x WEBHOOK_DISPATCH_INTERVAL_SECONDS + 10 s), and three workers
+with their own host names, of which one dies mid-run."""
 import signal
 import time
 
 import pytest
 from django.conf import settings
 
-from tests.conftest import wait_until
-from tests.processes import celery_beat
+from tests.conftest import all_succeeded, create_endpoint, wait_until
+from tests.processes import celery_beat, celery_worker
+from tests.receiver import Answer
+from webhooks.models import Delivery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,3 +39,29 @@ def test_two_beats_tick_one_at_a_time_and_the_second_takes_over_when_the_first_d
     time.sleep(2)
     assert _sends(second) >= 2  # and it keeps ticking
     print(f"beat failover: the standby ticked {failover:.1f} s after the leader was killed")
+
+
+def test_three_workers_and_two_beats_lose_nothing_when_the_ticking_beat_and_a_worker_die(api, receiver, processes):
+    create_endpoint(api, receiver.url("/hook"), max_in_flight=100)
+    beats = [processes(celery_beat()), processes(celery_beat())]
+    wait_until(lambda: any(_sends(beat) for beat in beats), timeout=15, message="a beat to tick")
+    workers = [processes(celery_worker(f"host{n}", concurrency=20)) for n in range(3)]
+    receiver.script("/hook", *[Answer(delay=0.5)] * 90)  # every attempt in flight for half a second
+    ids = [d["id"] for n in range(90)
+           for d in api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"]]
+    receiver.wait_for(10, timeout=20)
+
+    # mid-run: the ticking beat and one worker die without a goodbye
+    (leader,) = [beat for beat in beats if _sends(beat)]
+    leader.popen.send_signal(signal.SIGKILL)
+    workers[0].kill()
+
+    wait_until(lambda: all_succeeded(ids), timeout=60, message="every delivery after the deaths")
+    (survivor,) = [beat for beat in beats if beat is not leader]
+    wait_until(lambda: _sends(survivor) > 0, timeout=15, message="the surviving beat to tick")
+    received = receiver.requests_to("/hook")
+    event_ids = set(Delivery.objects.filter(pk__in=ids).values_list("event_id", flat=True))
+    assert {r.headers["webhook-id"] for r in received} == event_ids  # nothing lost
+    # a delivery the dead worker had in flight may be sent again, but never twice at the same moment
+    assert max(receiver.max_in_flight[event_id] for event_id in event_ids) == 1
+    print(f"{len(received)} requests for {len(ids)} deliveries ({len(received) - len(ids)} sent again)")

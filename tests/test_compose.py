@@ -288,3 +288,9 @@ def test_docker_compose_validation_really_rejects_a_broken_file(tmp_path):
                             capture_output=True, text=True, timeout=60, env=_compose_env())
     assert result.returncode != 0
     assert "service_finished" in result.stderr
+
+
+def test_workers_scale_with_compose(services):
+    """`docker compose up --scale worker=4` needs a worker with no fixed name and no published port."""
+    assert "container_name" not in services["worker"] and "ports" not in services["worker"]
+    assert "container_name" not in services["beat"]  # beats may run side by side too (config/beat.py)
