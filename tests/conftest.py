@@ -23,8 +23,34 @@ def pytest_sessionstart(session):
     shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
+def _on_rabbitmq() -> bool:
+    return settings.CELERY_BROKER_URL.startswith(("amqp://", "pyamqp://"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """On RabbitMQ (HERALD_TEST_BROKER=rabbitmq), leave out the tests that read Redis's queues themselves
+    (the `broker` fixture) or restart a private redis-server: they are the Redis run's."""
+    if not _on_rabbitmq():
+        return
+    redis_only = [item for item in items if "broker" in getattr(item, "fixturenames", ())
+                  or item.get_closest_marker("redis_only")]
+    if redis_only:
+        config.hook.pytest_deselected(items=redis_only)
+        items[:] = [item for item in items if item not in redis_only]
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """No Herald process may ever write a signing secret to its log: the session fails if one did."""
+    """No Herald process may ever write a signing secret to its log: the session fails if one did.
+    On RabbitMQ, the run's queues (durable) are deleted."""
+    if _on_rabbitmq():
+        from config.celery import app
+
+        with app.connection_for_write() as conn:
+            for queue in (settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE):
+                try:
+                    conn.default_channel.queue_delete(queue)
+                except Exception:  # noqa: BLE001 - never declared in this run
+                    pass
     leaked = sorted(str(path.relative_to(_RUN_DIR)) for path in _RUN_DIR.rglob("*.log")
                     if b"whsec_" in path.read_bytes())
     if leaked:

@@ -52,6 +52,7 @@ def test_a_redis_flush_before_any_worker_ran_loses_nothing(api, receiver, proces
         Delivery.objects.filter(pk__in=ids).values_list("event_id", flat=True))
 
 
+@pytest.mark.redis_only
 def test_intake_answers_202_while_redis_is_down_and_deliveries_arrive_after(api, receiver, processes):
     broker = RedisServer()
     broker.start()
