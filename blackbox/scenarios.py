@@ -1079,6 +1079,25 @@ def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: 
     return replies, latencies
 
 
+def _history_census(conn: psycopg.Connection, tenant_id: str) -> dict[str, int]:
+    """The seeded history of the year scenario: its events, recent ones, pending deliveries, events with one,
+    rows (events + deliveries + attempts) and the events retention must keep."""
+    return dict(zip(("events", "recent", "pending", "with_pending", "rows", "must_stay"), conn.execute("""
+        SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
+               (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
+                   AND status = 'pending'),
+               count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
+                                                 AND d.status = 'pending')),
+               count(*) + (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%')
+                        + (SELECT count(*) FROM webhooks_deliveryattempt a JOIN webhooks_delivery d
+                               ON d.id = a.delivery_id WHERE d.tenant_id = %(t)s AND d.id LIKE 'dlv_00%%'),
+               count(*) FILTER (WHERE created_at > now() - interval '30 days'
+                                   OR EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
+                                                 AND d.status = 'pending'))
+          FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
+        {"t": tenant_id}).fetchone()))
+
+
 def year(ctx: Context) -> Result:
     """A year of history: old events (seeded in SQL), the prune (`manage.py prune_events`, what beat runs)
     during steady intake; nothing pending or recent may go, and intake p99 may not pass 1.5× its value
@@ -1131,24 +1150,7 @@ def year(ctx: Context) -> Result:
                      {"tenant": history.tenant_id})
         conn.execute("VACUUM ANALYZE webhooks_event, webhooks_delivery, webhooks_deliveryattempt")
 
-        def census() -> dict[str, int]:
-            return dict(zip(("events", "recent", "pending", "with_pending", "rows", "must_stay"), conn.execute("""
-                SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
-                       (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
-                           AND status = 'pending'),
-                       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
-                                                         AND d.status = 'pending')),
-                       count(*) + (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s
-                                      AND id LIKE 'dlv_00%%')
-                                + (SELECT count(*) FROM webhooks_deliveryattempt a JOIN webhooks_delivery d
-                                       ON d.id = a.delivery_id WHERE d.tenant_id = %(t)s AND d.id LIKE 'dlv_00%%'),
-                       count(*) FILTER (WHERE created_at > now() - interval '30 days'
-                                           OR EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
-                                                         AND d.status = 'pending'))
-                  FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
-                {"t": history.tenant_id}).fetchone()))
-
-        before = census()
+        before = _history_census(conn, history.tenant_id)
     result.details["seeded"] = {**before, "seconds": round(time.monotonic() - started, 1)}
 
     quiet_replies, quiet = _steady_intake(ctx, tenant, "year", "quiet", rate, profile.year_seconds)
@@ -1162,15 +1164,8 @@ def year(ctx: Context) -> Result:
     if pruner.returncode != 0:
         result.problem(f"prune_events failed: {output[-500:]}")
     with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
-        after = dict(zip(("events", "recent", "pending", "with_pending", "rows"), conn.execute("""
-            SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
-                   (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
-                       AND status = 'pending'),
-                   count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
-                                                     AND d.status = 'pending')), 0
-              FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
-            {"t": history.tenant_id}).fetchone()))
-    deleted = before["rows"] - (after["events"] * 9)  # what is left: events with 4 deliveries and 4 attempts each
+        after = _history_census(conn, history.tenant_id)
+    deleted = before["rows"] - after["rows"]
     result.inputs = len(quiet_replies) + len(busy_replies)
     p99_quiet, p99_busy = checks.percentile(quiet, 99) * 1000, checks.percentile(busy, 99) * 1000
     overlap = prune_seconds >= busy_ended - pruned_at
