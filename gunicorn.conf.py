@@ -13,7 +13,9 @@ its own PostgreSQL connection: workers x threads (8) per host.
 import os
 
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "gthread"
+# gthread, except that a request is read whole in the worker's event loop before a thread takes it,
+# so clients that trickle their headers or body hold no thread (config/gunicorn_worker.py).
+worker_class = "config.gunicorn_worker.BufferedThreadWorker"
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 keepalive = 5
 backlog = 1024

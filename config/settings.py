@@ -50,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Over INTAKE_RATE_LIMIT_PER_SECOND: 429 before the idempotency layer, never stored (absent when unset).
+    "intake.ratelimit.RateLimitMiddleware",
     # Last, so that it wraps exactly the view: see intake/idempotency/middleware.py.
     "intake.idempotency.middleware.IdempotencyMiddleware",
 ]
@@ -190,6 +192,16 @@ CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # Django's own cap must not undercut ours; the intake answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
+# gunicorn's worker (config/gunicorn_worker.py) reads each request whole before a thread takes it:
+# one not complete this long after its first byte gets 408, a request line and headers over this
+# many bytes 431, a body over INTAKE_MAX_BODY_BYTES 413 before it is read.
+WEB_CLIENT_TIMEOUT_SECONDS = env_float("WEB_CLIENT_TIMEOUT_SECONDS", 10)
+WEB_MAX_HEADER_BYTES = env_int("WEB_MAX_HEADER_BYTES", 16384)
+# API calls per second per credential, across every web process (a token bucket in Redis, so it
+# holds across hosts); unset or 0 = no limit. The bucket holds INTAKE_RATE_LIMIT_BURST calls
+# (default: one second's worth). If Redis cannot be reached the limit is not applied, and the log says so.
+INTAKE_RATE_LIMIT_PER_SECOND = env_float("INTAKE_RATE_LIMIT_PER_SECOND", 0)
+INTAKE_RATE_LIMIT_BURST = env_int("INTAKE_RATE_LIMIT_BURST", max(1, round(INTAKE_RATE_LIMIT_PER_SECOND)))
 
 # --- Celery (read by config/celery.py with the CELERY_ namespace) ---------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)

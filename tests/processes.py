@@ -95,10 +95,18 @@ def celery_beat(**env) -> Process:
     return Process("beat", argv, subprocess_env(**env), ready="beat: Starting...")
 
 
-def gunicorn(port: int, workers: int = 2, threads: int = 1, **env) -> Process:
-    """The API as in production; with threads > 1 each worker serves requests concurrently."""
-    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-            "--threads", str(threads), "--timeout", "60", "--backlog", "256", "--preload"]
+def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: tuple[str, ...] = (),
+             **env) -> Process:
+    """The API as in production (gunicorn.conf.py); with threads > 1 each worker serves requests concurrently,
+    with workers and threads None gunicorn.conf.py's own (as `gunicorn config.wsgi` alone starts it)."""
+    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    if workers is not None or threads is not None:
+        argv += ["--timeout", "60", "--backlog", "256", "--preload"]
+    argv += list(args)
     process = Process("gunicorn", argv, subprocess_env(**env), ready="Booting worker")
     process.url = f"http://127.0.0.1:{port}"
     return process
