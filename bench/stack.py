@@ -165,7 +165,9 @@ def bare_floor(port: int) -> Proc:
         from bench.bare.urls import TABLE_SQL
 
         conn.execute(TABLE_SQL)
-    return gunicorn(port, app="bench.bare.wsgi", name="bare-floor")
+    # Its own settings from the start: gunicorn's master reads the settings (gunicorn.conf.py's start check)
+    # before the worker imports bench.bare.wsgi, so setting them there would be too late.
+    return gunicorn(port, app="bench.bare.wsgi", name="bare-floor", DJANGO_SETTINGS_MODULE="bench.bare.settings")
 
 
 def worker(name: str, *flags: str, **env) -> Proc:

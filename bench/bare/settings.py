@@ -1,5 +1,7 @@
-"""Settings of the bare floor: Herald's database settings, and nothing else of Herald's."""
-from config.settings import DATABASES, SECRET_KEY  # noqa: F401
+"""Settings of the bare floor: Herald's database settings and those of its web server (gunicorn.conf.py's worker
+reads them), and nothing else of Herald's."""
+from config.settings import (DATABASES, DEV_SECRET_KEY, INTAKE_MAX_BODY_BYTES, SECRET_KEY, WEB_CLIENT_TIMEOUT_SECONDS,  # noqa: F401
+                             WEB_MAX_HEADER_BYTES)
 
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
