@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from blackbox import checks, fuzz
+from blackbox import checks, fuzz, slowclients
 from blackbox.checks import Db
 from blackbox.client import Api, Reply
 from blackbox.receivers import AlwaysOk, Flapping, Gone, Hang, Receiver, Receivers, Slow, Switch
@@ -46,6 +46,8 @@ class Profile:
     breaker_events: int = 30
     year_events: int = 250_000  # old events seeded for the year scenario, four deliveries and attempts each
     year_seconds: float = 15  # intake load before, and again during, the prune
+    slow_seconds: float = 25  # normal requests under the slowloris siege
+    rate_seconds: float = 10  # one credential at 3x INTAKE_RATE_LIMIT_PER_SECOND, another below it
 
 
 PROFILES = {
@@ -55,13 +57,13 @@ PROFILES = {
     "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=800, broker_events=400, db_events=600,
                     db_clients=20, flap_events=300, fuzz_examples=3000, fuzz_seconds=900, soak_seconds=300,
                     soak_rate=20, rss_limit_mb=300, settle_seconds=300, hang_events=200, neighbour_seconds=40,
-                    breaker_events=100, year_events=1_250_000, year_seconds=40),
+                    breaker_events=100, year_events=1_250_000, year_seconds=40, slow_seconds=60, rate_seconds=30),
 }
 
 SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "noisy-neighbour",
-             "breaker", "fuzz", "soak", "year"]
+             "breaker", "slow-clients", "rate-limit", "fuzz", "soak", "year"]
 ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
-           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"]}
+           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"], "abuse": ["slow-clients", "rate-limit"]}
 KILL_MIN_IN_FLIGHT = 200  # the worker-kill scenario SIGKILLs a worker holding at least this many attempts
 
 
@@ -885,6 +887,159 @@ def breaker(ctx: Context) -> Result:
     return result
 
 
+# ---------------------------------------------------------------- 6b. slow and greedy clients
+
+SIEGE_CONNECTIONS = 50  # trickling heads, and as many trickling bodies
+CLIENT_TIMEOUT = 10.0  # WEB_CLIENT_TIMEOUT_SECONDS, Herald's default (not overridden by this suite)
+RATE_LIMIT = 20  # INTAKE_RATE_LIMIT_PER_SECOND for the rate-limit scenario (burst: one second's worth)
+
+
+def slow_clients(ctx: Context) -> Result:
+    """Slowloris: 50 connections trickling their heads and 50 trickling their bodies, each re-opened as the
+    server cuts it, while a normal client posts events and checks /healthz; then oversized and odd requests."""
+    profile, stack = ctx.profile, ctx.stack
+    seconds = profile.slow_seconds
+    result = Result("slow-clients", load=f"events and /healthz one after another for {seconds:.0f}s",
+                    faults=f"{SIEGE_CONNECTIONS} trickled heads + {SIEGE_CONNECTIONS} trickled bodies (1 piece/s, "
+                           f"re-opened when cut); oversized heads and bodies; a body at 1 byte/s")
+    tenant = ctx.tenant("slow")
+    receiver = ctx.receivers.new("slow", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["slow.*"])
+    host, port = "127.0.0.1", stack.web_port
+    odd: dict[str, slowclients.Answer] = {}
+
+    def odd_requests():
+        head = b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n" % tenant.token.encode()
+        odd["head over 16 KiB"] = slowclients.exchange(host, port, head + b"X-Big: " + b"a" * 17_000 + b"\r\n\r\n")
+        odd["10,000 headers"] = slowclients.exchange(host, port, head + b"".join(b"X-%d: v\r\n" % i for i in range(10_000))
+                                                     + b"\r\n")
+        odd["Content-Length 1 GB"] = slowclients.exchange(
+            host, port, head + b"Idempotency-Key: odd-gigabyte-0001\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 1073741824\r\n\r\n")
+        body = b'{"type": "slow.odd", "data": {}}'
+        odd["body at 1 byte/s"] = slowclients.exchange(
+            host, port, head + b"Idempotency-Key: odd-trickle-0001\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: %d\r\n\r\n" % len(body),
+            then=[(1.0, body[i:i + 1]) for i in range(len(body))], timeout=CLIENT_TIMEOUT + 10)
+
+    siege = slowclients.Siege(host, port, SIEGE_CONNECTIONS, SIEGE_CONNECTIONS)
+    siege.start()
+    time.sleep(1.5)   # every siege connection has sent its first bytes
+    odd_thread = threading.Thread(target=odd_requests, daemon=True)
+    odd_thread.start()
+    replies: dict[str, list[Reply]] = {}
+    health: list[Reply] = []
+    deadline, n = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        key = f"slow-{ctx.run_id}-{n}"
+        replies[key] = [tenant.api.post(EVENTS, event_body("slow", key, n), key)]
+        health.append(tenant.api.request("GET", "/healthz", timeout=10))
+        n += 1
+    siege.stop()
+    odd_thread.join(CLIENT_TIMEOUT + 15)
+    result.inputs = len(replies) + len(health)
+
+    normal = [r for rs in replies.values() for r in rs] + health
+    latencies = [r.elapsed for r in normal]
+    p99 = checks.percentile(latencies, 99)
+    result.details["normal_requests"] = {"count": len(normal), "p50_s": round(checks.percentile(latencies, 50), 3),
+                                         "p99_s": round(p99, 3), "max_s": round(max(latencies), 3),
+                                         "answers": answer_summary(normal)}
+    result.notes.append(f"normal requests during the siege: p99 {p99 * 1000:.0f} ms over {len(normal)}")
+    if p99 > 1.0:
+        result.problem(f"normal requests' p99 was {p99:.2f}s during the siege (limit 1 s)")
+    failed = [r.short() for r in normal if r.status not in (200, 202)]
+    if failed:
+        result.problem(f"{len(failed)} normal requests failed during the siege: {checks.histogram(failed)}")
+    cut = siege.finished
+    statuses = Counter(t.status for t in cut)
+    longest = max((t.cut_after or 0 for t in cut), default=0)
+    result.details["siege"] = {"connections_opened": siege.opened, "cut": len(cut),
+                               "cut_with": {str(k): v for k, v in statuses.items()}, "longest_s": round(longest, 1)}
+    result.notes.append(f"{siege.opened} slow connections opened, {len(cut)} cut (status {dict(statuses)}), "
+                        f"none kept more than {longest:.1f}s")
+    if not cut or set(statuses) != {408} or longest > CLIENT_TIMEOUT + 1.5:
+        result.problem(f"slow connections not all cut with 408 within {CLIENT_TIMEOUT + 1.5:g}s: "
+                       f"{dict(statuses)}, longest {longest:.1f}s")
+    expected = {"head over 16 KiB": (431, 1.0), "10,000 headers": (431, 1.0), "Content-Length 1 GB": (413, 1.0),
+                "body at 1 byte/s": (408, CLIENT_TIMEOUT + 1.5)}
+    result.details["odd_requests"] = {name: {"status": a.status, "seconds": round(a.seconds, 2)} for name, a in odd.items()}
+    for name, (status, within) in expected.items():
+        answer = odd.get(name)
+        if answer is None or answer.status != status or answer.seconds > within:
+            result.problem(f"{name}: expected {status} within {within:g}s, got "
+                           f"{(answer.status, round(answer.seconds, 2)) if answer else 'no answer'}")
+    event_ids = check_intake(result, ctx, tenant, replies, list(replies))   # nothing else stored: no strays
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
+def rate_limit(ctx: Context) -> Result:
+    """gunicorn restarted with INTAKE_RATE_LIMIT_PER_SECOND=20: one credential offers 60/s from six clients, another
+    10/s at the same time; the first gets its limit, the excess 429 and never stored, the second is untouched."""
+    profile, stack = ctx.profile, ctx.stack
+    seconds = profile.rate_seconds
+    result = Result("rate-limit", load=f"A: 60 events/s (3x its limit) from 6 clients, B: 10 events/s, {seconds:.0f}s",
+                    faults=f"INTAKE_RATE_LIMIT_PER_SECOND={RATE_LIMIT}")
+    hammer, bystander = ctx.tenant("hammer"), ctx.tenant("bystander")
+    receiver = ctx.receivers.new("ratelimit", AlwaysOk())
+    ctx.endpoint(hammer, receiver, ["rl.*"], suffix="hammer")
+    ctx.endpoint(bystander, receiver, ["rl.*"], suffix="bystander")
+    sent: dict[str, list[tuple[float, str, Reply]]] = {"hammer": [], "bystander": []}
+    stack.restart_web("rate-limit scenario", INTAKE_RATE_LIMIT_PER_SECOND=str(RATE_LIMIT))
+    try:
+        start = time.monotonic() + 0.5
+
+        def client(who: str, tenant: Tenant, per_second: float, offset: float, name: str):
+            i = 0
+            while True:
+                due = start + offset + i / per_second
+                if due - start >= seconds:
+                    return
+                time.sleep(max(0.0, due - time.monotonic()))
+                key = f"rl-{who}-{name}-{ctx.run_id}-{i}"
+                reply = tenant.api.post(EVENTS, {"type": "rl.tick", "data": {"key": key}}, key)
+                sent[who].append((time.monotonic() - start, key, reply))
+                i += 1
+
+        threads = [threading.Thread(target=client, args=("hammer", hammer, 10, c / 60, f"c{c}")) for c in range(6)]
+        threads.append(threading.Thread(target=client, args=("bystander", bystander, 10, 0, "c0")))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(seconds + 60)
+    finally:
+        stack.restart_web("rate-limit scenario done")
+    hammered, bystood = sent["hammer"], sent["bystander"]
+    result.inputs = len(hammered) + len(bystood)
+    statuses = Counter(reply.status for _, _, reply in hammered)
+    steady = [at for at, _, reply in hammered if reply.status == 202 and 1.0 <= at < seconds]
+    rate = len(steady) / (seconds - 1.0)
+    b_latencies = [reply.elapsed for _, _, reply in bystood]
+    b_p99 = checks.percentile(b_latencies, 99)
+    result.details.update({"limit": RATE_LIMIT, "hammer_answers": {str(k): v for k, v in statuses.items()},
+                           "hammer_accepted_per_second_after_1s": round(rate, 2),
+                           "bystander_answers": answer_summary([r for _, _, r in bystood]),
+                           "bystander_p99_s": round(b_p99, 3)})
+    result.notes.append(f"A accepted {rate:.1f}/s (limit {RATE_LIMIT}), {statuses.get(429, 0)} answered 429; "
+                        f"B p99 {b_p99 * 1000:.0f} ms, {len(bystood)} sent")
+    if abs(rate - RATE_LIMIT) > 0.1 * RATE_LIMIT:
+        result.problem(f"A's accepted rate {rate:.1f}/s is not within 10% of the limit {RATE_LIMIT}/s")
+    bad = [r for _, _, r in hammered if r.status not in (202, 429)
+           or (r.status == 429 and (r.code != "throttled" or not r.headers.get("retry-after")))]
+    if bad:
+        result.problem(f"{len(bad)} of A's answers neither 202 nor 429 throttled with Retry-After: "
+                       f"{checks.histogram(r.short() for r in bad)}")
+    if any(r.status != 202 for _, _, r in bystood) or b_p99 > 0.5:
+        result.problem(f"B was slowed or refused: {answer_summary([r for _, _, r in bystood])}, p99 {b_p99:.2f}s")
+    for tenant, rows in ((hammer, hammered), (bystander, bystood)):
+        # only the keys answered 202: an event for a throttled key would be a stray (stored although refused)
+        accepted = {key: [reply] for _, key, reply in rows if reply.status == 202}
+        ids = check_intake(result, ctx, tenant, accepted, list(accepted))
+        check_delivered(result, ctx, tenant, [receiver], ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
 # ---------------------------------------------------------------- 7. bad input
 
 
@@ -1201,6 +1356,8 @@ RUNNERS = {
     "flapping": flapping,
     "noisy-neighbour": noisy_neighbour,
     "breaker": breaker,
+    "slow-clients": slow_clients,
+    "rate-limit": rate_limit,
     "fuzz": fuzz_intake,
     "year": year,
     "soak": soak,

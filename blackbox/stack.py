@@ -474,13 +474,21 @@ class Stack:
         """`manage.py create_credential --tenant NAME`; the token is the last stdout line."""
         return self.manage("create_credential", "--tenant", tenant).strip().splitlines()[-1].strip()
 
-    def start_web(self) -> Proc:
+    def start_web(self, **env) -> Proc:
+        """`gunicorn config.wsgi` as the README starts it: the repository's gunicorn.conf.py sets the workers (two
+        by default); `env` overrides settings (for one scenario)."""
         self.web_port = self.web_port or free_port()
-        # As the README starts it: the repository's gunicorn.conf.py sets the workers (two by default).
         argv = [str(VENV_BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{self.web_port}"]
-        proc = self.procs["web"] = Proc("gunicorn", argv, self.env(), ready="Booting worker", timeout=90)
+        proc = self.procs["web"] = Proc("gunicorn", argv, {**self.env(), **env}, ready="Booting worker", timeout=90)
         wait_until(lambda: len(proc.pids()) >= 3, 60, 0.2, "two gunicorn workers")
         return proc
+
+    def restart_web(self, reason: str, **env) -> None:
+        """Stop gunicorn and start it again on the same port with `env` (none: the suite's own settings)."""
+        self.log(f"restarting gunicorn: {reason}")
+        self.procs.pop("web").stop()
+        self.start_web(**env)
+        self.wait_healthy()
 
     def start_worker(self, **env) -> Proc:
         """`celery -A config worker` as the README starts it; `env` overrides settings (for one scenario)."""
