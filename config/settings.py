@@ -210,7 +210,16 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("HERALD_QUEUE", "herald")
 # their own, which workers serve in turn with the main one: behind a backlog of fresh deliveries
 # the dispatcher and a crashed worker's delivery would otherwise wait their turn for minutes.
 HERALD_PERIODIC_QUEUE = CELERY_TASK_DEFAULT_QUEUE + "-periodic"
-CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name)
+# On RabbitMQ the queues are durable and messages persistent (Celery's defaults), so a broker restart
+# keeps what was queued. HERALD_RABBITMQ_QUEUE_TYPE=quorum makes them quorum queues (replicated
+# across a RabbitMQ cluster); changing the type of an existing queue means deleting it first.
+BROKER_IS_RABBITMQ = CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://"))
+HERALD_RABBITMQ_QUEUE_TYPE = env_str("HERALD_RABBITMQ_QUEUE_TYPE", "classic")
+if HERALD_RABBITMQ_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured("HERALD_RABBITMQ_QUEUE_TYPE must be classic or quorum")
+_QUEUE_ARGUMENTS = ({"x-queue-type": HERALD_RABBITMQ_QUEUE_TYPE}
+                    if BROKER_IS_RABBITMQ and HERALD_RABBITMQ_QUEUE_TYPE == "quorum" else None)
+CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name, queue_arguments=_QUEUE_ARGUMENTS)
                            for name in (CELERY_TASK_DEFAULT_QUEUE, HERALD_PERIODIC_QUEUE))
 CELERY_TASK_ROUTES = {name: {"queue": HERALD_PERIODIC_QUEUE} for name in (
     "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys",
@@ -224,6 +233,12 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+# RabbitMQ: a publish returns once the broker has taken the message (publisher confirms), so one the
+# broker drops raises and its outbox row stays unpublished for the relay's next pass, instead of
+# waiting WEBHOOK_REDISPATCH_AFTER_SECONDS for the dispatcher to find it lost.
+HERALD_RABBITMQ_CONFIRM_PUBLISH = env_bool("HERALD_RABBITMQ_CONFIRM_PUBLISH", True)
+if BROKER_IS_RABBITMQ and HERALD_RABBITMQ_CONFIRM_PUBLISH:
+    CELERY_BROKER_TRANSPORT_OPTIONS["confirm_publish"] = True
 
 # --- Delivery internals (not in SPEC §1; defaults derived from it) ---------------------------
 # A claimed delivery belongs to its worker this long; past it, a crashed worker's delivery is free.

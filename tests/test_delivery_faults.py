@@ -8,7 +8,7 @@ from django.conf import settings
 from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import RedisServer, celery_beat, celery_worker, free_port, gunicorn
 from tests.receiver import Answer
-from webhooks.models import Delivery
+from webhooks.models import Delivery, DeliveryOutbox
 from webhooks.tasks import deliver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -140,3 +140,28 @@ def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, proce
     wait_until(lambda: all_succeeded(slow), timeout=30)
     assert len(receiver.requests_to("/slow")) == 15
     assert all(d.attempt_count == 1 for d in Delivery.objects.filter(pk__in=slow))
+
+
+def test_a_publish_the_broker_refused_is_unmarked_and_sent_when_it_is_back_without_beat(api, receiver, processes):
+    """The relay marks a batch published, then the broker fails: the batch is made due again at once, so the
+    next relay pass publishes it (no beat runs here, and the dispatcher's lost check is an hour away)."""
+    broker = RedisServer()
+    broker.start()
+    env = {"CELERY_BROKER_URL": broker.url, "WEBHOOK_REDISPATCH_AFTER_SECONDS": 3600}
+    worker = processes(celery_worker("unmark", **env))
+    create_endpoint(api, receiver.url())
+    try:
+        broker.stop()
+        delivery_id = api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
+        wait_until(lambda: "delivery.enqueue_failed" in worker.output(), timeout=20, message="a failed publish")
+        outbox = DeliveryOutbox.objects.filter(delivery_id=delivery_id)
+        samples = []
+        for _ in range(10):   # between relay passes the row is due again (unpublished), never left marked
+            samples.append(outbox.values_list("published_at", flat=True).first())
+            time.sleep(0.2)
+        assert samples.count(None) >= 5, samples
+    finally:
+        broker.start()
+        processes(broker.process)
+    wait_until(lambda: all_succeeded([delivery_id]), timeout=20, message="the delivery once the broker is back")
+    assert len(receiver.received) == 1

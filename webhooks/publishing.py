@@ -70,10 +70,12 @@ def _ring() -> None:
         logger.warning("relay.doorbell_failed", extra={"error": repr(exc)})
 
 
-def publish(batch: list[tuple[str, list[str], datetime]]) -> None:
+def publish(batch: list[tuple[str, list[str], datetime]]) -> bool:
     """Publish (queue, ids, mark) items: per queue, messages of up to WEBHOOK_ENQUEUE_CHUNK ids, in one
     round trip. Each message carries the latest of its items' marks (when they were handed over),
-    which the worker reports as its queue's progress (webhooks/progress.py)."""
+    which the worker reports as its queue's progress (webhooks/progress.py). False if the broker
+    refused or could not be reached (logged, never raised): on RabbitMQ publisher confirms make a
+    message the broker did not take count as a failure too."""
     from webhooks.tasks import deliver_many
 
     by_queue: dict[str, tuple[list[str], datetime]] = {}
@@ -92,6 +94,8 @@ def publish(batch: list[tuple[str, list[str], datetime]]) -> None:
         ids = [i for _, part, _ in batch for i in part]
         logger.warning("delivery.enqueue_failed", extra={"delivery_ids": ids[:20], "count": len(ids),
                                                           "error": repr(exc)})
+        return False
+    return True
 
 
 class Publisher:

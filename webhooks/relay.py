@@ -55,8 +55,10 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
     the periodic queue?, published_at) for each, and publish them in one round trip to the broker; again at
     once while batches come full, for up to WEBHOOK_DISPATCH_SECONDS. The ids published.
 
-    If the broker fails after a batch is marked, its rows look published: once their messages are
-    overdue the dispatcher finds them lost and publishes them again.
+    If the broker fails (or, on RabbitMQ, does not confirm) after a batch is marked, the batch is
+    unmarked and the run stops: the next relay pass or dispatcher run publishes it again. A failure
+    nobody sees (a broker that loses what it confirmed) leaves rows that look published: once their
+    messages are overdue the dispatcher finds them lost and publishes them again.
     """
     main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
     deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
@@ -67,11 +69,29 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
             rows = cursor.fetchall()
         if rows:
             mark = max(row[2] for row in rows)
-            publish([(queue, ids, mark) for queue, ids in (
-                (main, [row[0] for row in rows if not row[1]]), (periodic, [row[0] for row in rows if row[1]])) if ids])
-            published += [row[0] for row in rows]
+            ids = [row[0] for row in rows]
+            if not publish([(queue, part, mark) for queue, part in (
+                    (main, [row[0] for row in rows if not row[1]]), (periodic, [row[0] for row in rows if row[1]]))
+                    if part]):
+                _unmark(ids, [row[2] for row in rows])
+                return published
+            published += ids
         if len(rows) < params["batch"] or time.monotonic() >= deadline:
             return published
+
+
+_UNMARK_SQL = f"""
+UPDATE {_OUTBOX} o SET published_at = NULL
+  FROM unnest(%(ids)s::text[], %(marks)s::timestamptz[]) AS m(delivery_id, published_at)
+ WHERE o.delivery_id = m.delivery_id AND o.published_at = m.published_at
+"""
+
+
+def _unmark(ids: list[str], marks: list) -> None:
+    """Make rows whose messages never reached the broker due again (those a worker already claimed, or
+    another relay marked since, are left alone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_UNMARK_SQL, {"ids": ids, "marks": marks})
 
 
 class Relay:
