@@ -8,7 +8,7 @@ import time
 import traceback
 
 from blackbox.scenarios import ALIASES, PROFILES, RUNNERS, SCENARIOS, Context, Result
-from blackbox.stack import DATA, LOGS, Stack, install_signal_handlers
+from blackbox.stack import DATA, LOGS, RabbitMQ, Stack, install_signal_handlers
 
 COLUMNS = [("scenario", 14), ("load", 46), ("faults injected", 46), ("inputs tried", 12), ("executed twice", 14),
            ("lost", 5), ("result", 6)]
@@ -34,10 +34,10 @@ def _cell(value, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render_table(rows: list[Result]) -> str:
-    """A plain-text table: one line per scenario, then what failed and what was noticed."""
+def render_table(rows: list[Result], broker: str = "redis") -> str:
+    """A plain-text table: the broker, one line per scenario, then what failed and what was noticed."""
     header = " | ".join(name.ljust(width) for name, width in COLUMNS)
-    lines = [header, "-+-".join("-" * width for _, width in COLUMNS)]
+    lines = [f"broker: {broker}", header, "-+-".join("-" * width for _, width in COLUMNS)]
     for row in rows:
         cells = [row.scenario, row.load, row.faults, row.inputs, row.executed_twice, row.lost, row.verdict]
         lines.append(" | ".join(_cell(value, width).ljust(width) for value, (_, width) in zip(cells, COLUMNS)))
@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
     parser.add_argument("--only", help=f"comma-separated: {', '.join(SCENARIOS)} (or {', '.join(ALIASES)})")
     parser.add_argument("--seed", type=int, default=1, help="seed of the receivers' and clients' RNGs and hypothesis")
+    parser.add_argument("--broker", choices=["redis", "rabbitmq"], default="redis",
+                        help="Celery's broker: a private redis-server (default), or a virtual host of the machine's "
+                             "RabbitMQ (127.0.0.1:5672, guest), restarted and purged by the broker scenarios")
     args = parser.parse_args(argv)
     wanted = select(args.only)
     profile = PROFILES[args.profile]
@@ -69,13 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rows: list[Result] = []
     interrupted = False
-    stack = Stack()
+    stack = Stack(rabbitmq=RabbitMQ() if args.broker == "rabbitmq" else None)
+    broker = args.broker
     ctx: Context | None = None
     try:
         print(f"blackbox: profile {profile.name}, scenarios {', '.join(wanted)}; logs in {LOGS}", flush=True)
         stack.start()
+        if stack.rabbitmq:
+            broker = f"rabbitmq {stack.rabbitmq.version()} (virtual host {stack.rabbitmq.vhost}, durable queues)"
         print(f"blackbox: stack up in {time.monotonic() - started:.0f}s ({stack.base_url}, postgres "
-              f":{stack.pg.port}, redis :{stack.redis.port})", flush=True)
+              f":{stack.pg.port}, redis :{stack.redis.port}, broker {broker})", flush=True)
         ctx = Context(stack, profile, seed=args.seed)
         for index, name in enumerate(wanted):
             began = time.monotonic()
@@ -107,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         stack.stop()
     total = time.monotonic() - started
     code = exit_code(rows, wanted, interrupted)
-    report = {"profile": profile.name, "seed": args.seed, "seconds": round(total, 1), "exit_code": code,
+    report = {"profile": profile.name, "broker": broker, "seed": args.seed, "seconds": round(total, 1), "exit_code": code,
               "interrupted": interrupted, "scenarios": [row.as_dict() for row in rows], "stack_events": stack.events}
     DATA.mkdir(parents=True, exist_ok=True)
     (DATA / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str))
     print()
-    print(render_table(rows))
+    print(render_table(rows, broker))
     print(f"\nblackbox: {len(rows)}/{len(wanted)} scenarios ran in {total:.0f}s; "
           f"{'all passed' if code == 0 else 'FAILED'}; report {DATA / 'report.json'}")
     return code

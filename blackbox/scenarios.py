@@ -541,48 +541,77 @@ def broker(ctx: Context, mode: str) -> Result:
     stack = ctx.stack
     n = profile.broker_events
     prefix = "brokerrestart" if mode == "restart" else "brokerflush"
-    result = Result(f"broker-{mode}", load=f"{n} events, 8 clients → receiver slow 200 (0.2s)")
+    result = Result(f"broker-{mode}", load=f"{n} events, 8 clients, then 20/s through the fault → receiver slow 200 "
+                                            f"(0.2s)")
     tenant = ctx.tenant(prefix)
     receiver = ctx.receivers.new(prefix, Slow(0.2))
     ctx.endpoint(tenant, receiver, [f"{prefix}.*"])
     bodies = _bodies(prefix, ctx.run_id, n)
     before = stack.pid_snapshot()
+    failed_publishes_before = _failed_publishes(stack)
     load = Load(tenant.api, bodies, clients=8, budget=60).start()
     try:
         wait_until(lambda: load.done >= n // 3, 120, 0.05, "a third of the events to be accepted")
     except TimeoutError:
         result.problem("intake too slow: a third of the events not accepted within 120 s")
-    queued = sum(len(ids) for name, ids in stack.redis.queued_tasks() if name == "webhooks.deliver_many")
+    if stack.rabbitmq:
+        queued = f"{sum(stack.rabbitmq.queues().values())} messages queued"
+    else:
+        queued = f"{sum(len(ids) for name, ids in stack.redis.queued_tasks() if name == 'webhooks.deliver_many')}" \
+                 " tasks queued"
+    # events keep coming while the broker is down, so the relays publish into the outage
+    through: dict[str, list[Reply]] = {}
+    stream = threading.Thread(target=lambda: through.update(_steady_intake(ctx, tenant, prefix, "through", 20, 6)[0]),
+                              daemon=True)
+    stream.start()
     if mode == "restart":
-        health_during = []
+        health_during: list[str] = []
+        stopped_at = time.monotonic()
 
         def probe():
             for _ in range(6):
                 asked = time.monotonic() - stopped_at
-                broker_state = stack.health()[1].get("broker")
-                health_during.append(f"{asked:.1f}-{time.monotonic() - stopped_at:.1f}s {broker_state}")
+                health_during.append(f"{asked:.1f}-{time.monotonic() - stopped_at:.1f}s "
+                                     f"{stack.health()[1].get('broker')}")
                 time.sleep(0.3)
         prober = threading.Thread(target=probe, daemon=True)
-        stack.redis.stop()
-        stopped_at = time.monotonic()
         prober.start()
-        time.sleep(4.0)
-        stack.redis.start()
+        if stack.rabbitmq:
+            stack.rabbitmq.restart(down_seconds=4.0)
+            result.faults = f"rabbitmq stop_app, 4s down, start_app ({queued}; durable queues)"
+        else:
+            stack.redis.stop()
+            time.sleep(4.0)
+            stack.redis.start()
+            result.faults = f"redis killed, 4s down, restarted empty ({queued})"
         prober.join(10)
-        result.faults = f"redis killed, 4s down, restarted empty ({queued} tasks queued)"
         result.details["healthz_broker_during_outage"] = health_during
+    elif stack.rabbitmq:
+        result.faults = f"every queue purged: {stack.rabbitmq.purge()}"
     else:
         reply = stack.redis.flushall()
-        result.faults = f"FLUSHALL ({queued} tasks queued) → {reply}"
+        result.faults = f"FLUSHALL ({queued}) → {reply}"
     stack.log(f"broker-{mode}: {result.faults}")
-    if not load.wait(240):
+    stream.join(90)
+    if not load.wait(240) or stream.is_alive():
         result.problem("intake clients still running after 240 s")
-    result.inputs = len(load.all_replies())
-    result.details["answers"] = answer_summary(load.all_replies())
-    event_ids = check_intake(result, ctx, tenant, load.replies, list(bodies))
+    replies = {**load.replies, **through}
+    all_replies = [r for rs in replies.values() for r in rs]
+    result.inputs = len(all_replies)
+    result.details["answers"] = answer_summary(all_replies)
+    failed = _failed_publishes(stack) - failed_publishes_before
+    result.details["relay_publishes_failed"] = failed
+    if failed:
+        result.notes.append(f"{failed} relay publishes failed during the fault; their deliveries were made due again")
+    event_ids = check_intake(result, ctx, tenant, replies, list(bodies) + list(through))
     check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
     check_survivors(result, stack, before)
     return result
+
+
+def _failed_publishes(stack: Stack) -> int:
+    """Publishes the broker refused (or did not confirm), as the workers logged them so far."""
+    return sum(proc.output().count("delivery.enqueue_failed") for proc in stack.workers().values())
 
 
 def broker_restart(ctx: Context) -> Result:

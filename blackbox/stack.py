@@ -409,6 +409,75 @@ class Redis:
         return out
 
 
+class RabbitMQ:
+    """The machine's RabbitMQ (scripts/services starts it when CELERY_BROKER_URL is amqp) with a virtual host of
+    this run's own: restarted with `rabbitmqctl stop_app` / `start_app` (durable queues and persistent messages
+    survive it) and purged queue by queue (nothing survives that)."""
+
+    name = "rabbitmq"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 5672):
+        self.host, self.port = host, port
+        self.vhost = f"herald-blackbox-{os.getpid()}"
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/{self.vhost}"
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        out = subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
+        return out.stdout
+
+    def version(self) -> str:
+        for line in self.ctl("status").splitlines():
+            if line.startswith("RabbitMQ version:"):
+                return line.split(":", 1)[1].strip()
+        return "?"
+
+    def start(self) -> None:
+        self.ctl("add_vhost", self.vhost)
+        self.ctl("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")
+
+    def stop(self) -> None:
+        try:
+            self.ctl("delete_vhost", self.vhost)
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass
+
+    def _reachable(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def restart(self, down_seconds: float = 4.0) -> None:
+        self.ctl("stop_app")
+        time.sleep(down_seconds)
+        self.ctl("start_app")
+        wait_until(self._reachable, 60, 0.2, "RabbitMQ to accept connections again")
+        self.restarts += 1
+
+    def queues(self) -> dict[str, int]:
+        """Messages waiting in each queue of the run's virtual host."""
+        out = self.ctl("list_queues", "-p", self.vhost, "name", "messages", "--quiet", "--no-table-headers")
+        queues = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                queues[parts[0]] = int(parts[1])
+        return queues
+
+    def purge(self) -> str:
+        queues = self.queues()
+        for name in queues:
+            self.ctl("purge_queue", "-p", self.vhost, name)
+        return f"purged {len(queues)} queues ({sum(queues.values())} messages)"
+
+
 # ---------------------------------------------------------------- the whole stack
 
 @dataclass
@@ -418,6 +487,8 @@ class Stack:
 
     pg: Postgres = field(default_factory=Postgres)
     redis: Redis = field(default_factory=Redis)
+    # the Celery broker when not Redis (`--broker rabbitmq`); Redis still serves the doorbell and the rate limit
+    rabbitmq: RabbitMQ | None = None
     web_port: int = 0
     procs: dict[str, Proc] = field(default_factory=dict)
     worker_serial: int = 0
@@ -427,13 +498,17 @@ class Stack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def broker(self) -> str:
+        return "rabbitmq" if self.rabbitmq else "redis"
+
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "WEBHOOK_", "IDEMPOTENCY_"))}
         env.update(HERALD_ENV)
         env.update({
             "DATABASE_URL": self.pg.url,
             "REDIS_URL": self.redis.url,
-            "CELERY_BROKER_URL": self.redis.url,
+            "CELERY_BROKER_URL": self.rabbitmq.url if self.rabbitmq else self.redis.url,
             "PROMETHEUS_MULTIPROC_DIR": str(DATA / "metrics"),
             "PATH": f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
         })
@@ -456,6 +531,9 @@ class Stack:
         self.log(f"postgres up on 127.0.0.1:{self.pg.port} ({self.pg.dir})")
         self.redis.start()
         self.log(f"redis up on 127.0.0.1:{self.redis.port}")
+        if self.rabbitmq:
+            self.rabbitmq.start()
+            self.log(f"rabbitmq {self.rabbitmq.version()}: virtual host {self.rabbitmq.vhost} is the broker")
         self.manage("migrate", "--noinput", "-v", "0", timeout=300)
         self.start_web()
         self.start_worker()
@@ -552,6 +630,8 @@ class Stack:
         for name in list(self.procs):
             self.procs.pop(name).stop()
         self.redis.stop()
+        if self.rabbitmq:
+            self.rabbitmq.stop()
         self.pg.stop()
         _registry.stop_all()
 
