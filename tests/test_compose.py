@@ -125,7 +125,11 @@ def test_each_command_is_the_spec_command_for_its_role(services):
         assert argv[0] == "python" or (Path(sys.executable).parent / argv[0]).exists(), argv[0]
     web = _argv(services["web"]["command"])
     assert web[web.index("--bind") + 1] == "0.0.0.0:8000"
-    assert "8000:8000" in [str(port) for port in services["web"]["ports"]]
+    # the API is published by the proxy, which passes every request to the web service's port
+    assert "ports" not in services["web"] and "8000" in [str(port) for port in services["web"]["expose"]]
+    proxy = services["proxy"]
+    assert "8000:8000" in [str(port) for port in proxy["ports"]]
+    assert _environment(proxy)["HERALD_WEB"] == "web:8000"
     beat = _argv(services["beat"]["command"])
     assert beat[beat.index("--schedule") + 1].startswith("/tmp/"), "the non-root user can write it"
 
@@ -290,7 +294,8 @@ def test_docker_compose_validation_really_rejects_a_broken_file(tmp_path):
     assert "service_finished" in result.stderr
 
 
-def test_workers_scale_with_compose(services):
-    """`docker compose up --scale worker=4` needs a worker with no fixed name and no published port."""
-    assert "container_name" not in services["worker"] and "ports" not in services["worker"]
+def test_workers_and_web_scale_with_compose(services):
+    """`docker compose up --scale web=3 --scale worker=4` needs services with no fixed name and no published port."""
+    for name in ("web", "worker"):
+        assert "container_name" not in services[name] and "ports" not in services[name], name
     assert "container_name" not in services["beat"]  # beats may run side by side too (config/beat.py)

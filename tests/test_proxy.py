@@ -1,0 +1,124 @@
+"""Compose's nginx front (deploy/nginx/herald.conf.template), rendered as the nginx image renders it and run by a
+real nginx in front of a real gunicorn: requests, replays and Herald's errors pass through, a body over the
+proxy's own limit gets the same problem+json, slow clients slow nobody. (Spreading over several `web` replicas
+is Docker's DNS answering with each replica's address; it is not reproduced here.)"""
+import os
+import shutil
+import string
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from blackbox.slowclients import body_tricklers, exchange, header_tricklers
+from tests.conftest import make_api, wait_until
+from tests.processes import ROOT, Process, free_port, gunicorn, run_dir
+from webhooks.models import Event
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+TEMPLATE = ROOT / "deploy" / "nginx" / "herald.conf.template"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def render(template: str, **values: str) -> str:
+    """What the image's envsubst step does with NGINX_ENVSUBST_FILTER: only the named variables are replaced."""
+    names = set(values)
+    return string.Template(template).safe_substitute(**{k: v for k, v in values.items() if k in names})
+
+
+@pytest.fixture
+def api():
+    return make_api("acme")
+
+
+@pytest.fixture
+def front(processes):
+    """nginx on a free port in front of gunicorn (by address: there is no Docker DNS here)."""
+    if not Path(NGINX).exists():
+        pytest.fail("nginx is missing: apt-get install -y --no-install-recommends nginx (scripts/test-deps does)")
+    web = processes(gunicorn(free_port(), workers=None, threads=None))
+    port = free_port()
+    workdir = run_dir("nginx")
+    workdir.chmod(0o755)   # nginx's workers (another user when started as root) keep request bodies in here
+    site = render(TEMPLATE.read_text(), HERALD_WEB=web.url.removeprefix("http://"), DNS_RESOLVER="127.0.0.1",
+                  PROXY_PORT=str(port))
+    (workdir / "herald.conf").write_text(site)
+    (workdir / "nginx.conf").write_text(f"""
+daemon off;
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/body;
+    proxy_temp_path {workdir}/proxy;
+    fastcgi_temp_path {workdir}/fastcgi;
+    uwsgi_temp_path {workdir}/uwsgi;
+    scgi_temp_path {workdir}/scgi;
+    include {workdir}/herald.conf;
+}}
+""")
+    checked = subprocess.run([NGINX, "-t", "-c", str(workdir / "nginx.conf")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    proxy = processes(Process("nginx", [NGINX, "-c", str(workdir / "nginx.conf")], dict(os.environ)))
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _up(url), timeout=10, message="nginx answering")
+    proxy.url, proxy.port = url, port
+    return proxy
+
+
+def _up(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=2).status_code in (200, 503)
+    except requests.RequestException:
+        return False
+
+
+def test_the_rendered_template_keeps_nginx_variables_and_fills_ours():
+    site = render(TEMPLATE.read_text(), HERALD_WEB="web:8000", DNS_RESOLVER="127.0.0.11", PROXY_PORT="8000")
+    assert "resolver 127.0.0.11 valid=5s" in site and "listen 8000;" in site
+    assert "set $herald_web http://web:8000;" in site and "proxy_pass $herald_web;" in site
+    assert "$proxy_add_x_forwarded_for" in site and "${" not in site
+
+
+def test_requests_pass_through_the_proxy_with_their_answers(front, api):
+    headers = {"Authorization": f"Bearer {api.token}", "Idempotency-Key": f"proxy-{uuid.uuid4()}"}
+    posted = requests.post(f"{front.url}/api/v1/events", json={"type": "invoice.paid", "data": {}}, headers=headers,
+                           timeout=10)
+    assert posted.status_code == 202 and posted.json()["id"] == Event.objects.get().id
+    replayed = requests.post(f"{front.url}/api/v1/events", json={"type": "invoice.paid", "data": {}},
+                             headers=headers, timeout=10)
+    assert replayed.headers["Idempotent-Replay"] == "true" and replayed.content == posted.content
+    # a body between Herald's limit (256 KiB) and the proxy's (1 MiB) gets Herald's own 413
+    big = requests.post(f"{front.url}/api/v1/events", data=b"{" + b" " * 300_000 + b"}", timeout=10,
+                        headers={**headers, "Content-Type": "application/json", "Idempotency-Key": "proxy-big-0001"})
+    assert big.status_code == 413 and big.json()["code"] == "payload_too_large"
+    # and one over the proxy's limit is refused by nginx, in the same problem+json
+    huge = exchange("127.0.0.1", front.port, b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                             b"Content-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n")
+    assert huge.status == 413 and huge.seconds < 1.0
+    assert b"application/problem+json" in huge.head and b'"code":"payload_too_large"' in huge.head
+    assert Event.objects.count() == 1
+
+
+def test_slow_clients_at_the_proxy_do_not_slow_anyone(front, api):
+    tricklers = header_tricklers("127.0.0.1", front.port, 50, 0.5) + body_tricklers("127.0.0.1", front.port, 50, 0.5)
+    for trickler in tricklers:
+        trickler.start()
+    time.sleep(0.5)
+    took = []
+    for n in range(20):
+        started = time.monotonic()
+        response = requests.post(f"{front.url}/api/v1/events", json={"type": "invoice.paid", "data": {"n": n}},
+                                 timeout=5, headers={"Authorization": f"Bearer {api.token}",
+                                                     "Idempotency-Key": f"proxy-slow-{n:04d}"})
+        assert response.status_code == 202
+        took.append(time.monotonic() - started)
+    for trickler in tricklers:
+        trickler.stop()
+    assert max(took) < 1.0, took
