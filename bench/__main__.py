@@ -181,17 +181,38 @@ class Bench:
                             channels=[], **options)
         return credential.tenant, token
 
+    @staticmethod
+    def hold_outbox(workers: int):
+        """Make every unpublished delivery due only in a few seconds, long enough for `workers` workers to start;
+        returns the check that they did (drain's `fill`)."""
+        from django.db import connection
+
+        hold = 4 + 3 * workers
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE webhooks_deliveryoutbox SET due_at = now() + make_interval(secs => %s) "
+                           "WHERE published_at IS NULL RETURNING due_at", [hold])
+            due = max(row[0] for row in cursor.fetchall())
+
+        def started_in_time():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT now() < %s", [due])
+                assert cursor.fetchone()[0], f"{workers} workers took longer than {hold} s to start"
+        return started_in_time
+
     def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = (),
-              workers: int = 1, beat: bool = False, keep_stats: bool = False, **env) -> dict:
+              workers: int = 1, beat: bool = False, keep_stats: bool = False, fill=None, **env) -> dict:
         """Start `celery -A config worker` (as the README does; `argv` adds flags, `env` settings) on a
-        pre-filled queue; deliveries/s from the receiver's first to last arrival, the most attempts in
-        flight, the PostgreSQL connections and the CPU the workers used (and the receiver's `stats`)."""
+        pre-filled queue (`fill`, if given, is called once every worker is ready); deliveries/s from the
+        receiver's first to last arrival, the most attempts in flight, the PostgreSQL connections and the
+        CPU the workers used (and the receiver's `stats`)."""
         self.reset_receiver()
         with stack.ConnectionSampler("herald-worker") as connections:
             procs = [stack.worker(f"{name}{n}", *argv, **env) for n in range(workers)]
             if beat:
                 procs.append(stack.beat(**env))
             cpu_at_start = sum(proc.cpu_seconds() for proc in procs[:workers])
+            if fill is not None:
+                fill()
             try:
                 deadline = time.monotonic() + timeout
                 while self.receiver_stats()["count"] < expected:
@@ -328,6 +349,66 @@ class Bench:
         print(f"slow receivers (10 x 200 ms): {result['per_second']:.0f} deliveries/s, {result['peak_in_flight']} "
               f"in flight at most, {result['db_connections_peak']} PostgreSQL connections", flush=True)
         self.cancel_backlog()
+
+    def scaling(self):
+        """Delivery throughput with 1, 2 and 4 worker processes, each `celery -A config worker` as the README starts
+        it (100 threads): to a fast receiver (one endpoint, cap 1,000), and to 40 endpoints answering after 200 ms
+        (default cap of 10 each, so up to 400 may be in flight)."""
+        fast_count = 600 if self.quick else 2000
+        slow_count = 800 if self.quick else 2000
+        fast, _ = self.tenant_with_endpoints("scale-fast", ["/fast"], max_in_flight=1000)
+        slow, _ = self.tenant_with_endpoints("scale-slow", [f"/delay/200/ep{n}" for n in range(40)])
+        rows = []
+        for workers in (1, 2, 4):
+            # due only once every worker is up, so all of them share the work from the first delivery
+            self.make_deliveries(fast, fast_count)
+            to_fast = self.drain(fast_count, f"scale{workers}f", workers=workers, fill=self.hold_outbox(workers))
+            self.make_deliveries(slow, slow_count // 40)
+            to_slow = self.drain(slow_count, f"scale{workers}s", workers=workers, fill=self.hold_outbox(workers))
+            rows.append({"workers": workers, "fast": to_fast, "slow_200ms": to_slow})
+            print(f"scaling: {workers} worker(s): fast {to_fast['per_second']:.0f}/s "
+                  f"({to_fast['worker_cpu_ms']:.2f} ms CPU each), 200 ms receivers {to_slow['per_second']:.0f}/s "
+                  f"({to_slow['peak_in_flight']} in flight at most)", flush=True)
+        self.results["scaling"] = rows
+
+    def brokers(self):
+        """The fast-receiver drain on each broker: Redis, and RabbitMQ with classic queues without and with
+        publisher confirms, and with quorum queues (confirms on). The worker's relay publishes (intake only rings
+        the doorbell), so publishing, confirms included, is inside the measured span. Each RabbitMQ setting runs in
+        a virtual host of its own (a queue's type cannot change in place); alternating rounds, medians."""
+        count = 600 if self.quick else 2000
+        tenant, _ = self.tenant_with_endpoints("brokers", ["/fast"], max_in_flight=1000)
+        rabbit = "amqp://guest:guest@127.0.0.1:5672/"
+        configs = {
+            "redis": {},
+            "rabbitmq classic, no confirms": {"vhost": "herald-bench-classic", "HERALD_RABBITMQ_CONFIRM_PUBLISH": "false"},
+            "rabbitmq classic, confirms": {"vhost": "herald-bench-classic-confirm"},
+            "rabbitmq quorum, confirms": {"vhost": "herald-bench-quorum", "HERALD_RABBITMQ_QUEUE_TYPE": "quorum"},
+        }
+        runs: dict[str, list[dict]] = {name: [] for name in configs}
+        for name, config in configs.items():
+            if "vhost" in config:
+                subprocess.run(["rabbitmqctl", "delete_vhost", config["vhost"]], capture_output=True)
+                subprocess.run(["rabbitmqctl", "add_vhost", config["vhost"]], check=True, capture_output=True)
+                subprocess.run(["rabbitmqctl", "set_permissions", "-p", config["vhost"], "guest", ".*", ".*", ".*"],
+                               check=True, capture_output=True)
+        for _ in range(1 if self.quick else 3):
+            for name, config in configs.items():
+                env = {k: v for k, v in config.items() if k != "vhost"}
+                if "vhost" in config:
+                    env["CELERY_BROKER_URL"] = rabbit + config["vhost"]
+                self.make_deliveries(tenant, count)
+                runs[name].append(self.drain(count, "broker", **env))
+        rows = {}
+        for name, results in runs.items():
+            median = sorted(results, key=lambda r: r["per_second"])[len(results) // 2]
+            rows[name] = {**median, "runs": [round(r["per_second"]) for r in results]}
+            print(f"brokers: {name}: {median['per_second']:.0f} deliveries/s (runs {rows[name]['runs']}), "
+                  f"{median['worker_cpu_ms']:.2f} ms worker CPU each", flush=True)
+        for config in configs.values():
+            if "vhost" in config:
+                subprocess.run(["rabbitmqctl", "delete_vhost", config["vhost"]], capture_output=True)
+        self.results["brokers"] = rows
 
     def noisy_neighbour(self):
         """An endpoint that hangs past the timeout with 60 deliveries queued ahead; a healthy endpoint of the
@@ -748,8 +829,8 @@ class Bench:
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "slow_receivers", "noisy_neighbour", "ordering", "throttle", "pools",
-                         "end_to_end", "fan_out", "prune", "dispatch", "year", "memory"):
+            for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
+                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -757,7 +838,14 @@ class Bench:
             for proc in reversed(self.procs):
                 proc.stop()
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "results.json").write_text(json.dumps(self.results, indent=2))
+        results = self.results
+        if only and (RESULTS / "results.json").exists():
+            # a partial run replaces its sections of the last full run and says when each was measured
+            sections = {k: v for k, v in self.results.items() if k not in ("machine", "quick", "started")}
+            results = {**json.loads((RESULTS / "results.json").read_text()), **sections}
+            results.setdefault("sections_measured", {}).update({name: self.results["started"] for name in sections})
+        (RESULTS / "results.json").write_text(json.dumps(results, indent=2))
+        self.results = results
         from bench.report import write_report
 
         write_report(self.results, RESULTS)
@@ -795,7 +883,7 @@ def main():
         raise SystemExit("bench: wrk drives the intake load; install it first: sudo apt-get install wrk")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,noisy_neighbour,ordering,"
+    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
                                        "throttle,pools,end_to_end,fan_out,prune,dispatch,year,memory")
     args = parser.parse_args()
     Bench(args.quick).run(set(args.only.split(",")) if args.only else None)

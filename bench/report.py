@@ -102,6 +102,9 @@ def markdown(results: dict) -> str:
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Python {m['python']}, "
              f"PostgreSQL {m['postgres']}; {'quick' if results.get('quick') else 'full'} run {results['started']}.",
              "", "| target | goal | measured | met |", "|---|---|---|---|"]
+    if results.get("sections_measured"):
+        lines.insert(1, "Measured again since, alone (`--only`): " + ", ".join(
+            f"{name} {when}" for name, when in sorted(results["sections_measured"].items())) + ".")
     lines += [f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} |" for name, goal, value, ok in headline(results)]
     if "intake" in results:
         has_bare = any(r["target"] == "bare" for r in results["intake"])
@@ -142,6 +145,21 @@ def markdown(results: dict) -> str:
         lines += ["", f"Slow receivers: 10 endpoints answering after 200 ms, 1,000 deliveries, one default worker: "
                       f"{r['per_second']:.0f} deliveries/s, {r['peak_in_flight']} attempts in flight at most "
                       f"(500/s is the limit with 100), {r['db_connections_peak']} PostgreSQL connections."]
+    if "scaling" in results:
+        lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
+                      "PostgreSQL and the receiver on the same cores:", "",
+                  "| workers | fast receiver deliveries/s | worker CPU per delivery | 40 × 200 ms receivers deliveries/s "
+                  "| attempts in flight at most | PostgreSQL connections |", "|---|---|---|---|---|---|"]
+        for row in results["scaling"]:
+            f, w = row["fast"], row["slow_200ms"]
+            lines.append(f"| {row['workers']} | {f['per_second']:.0f} | {f['worker_cpu_ms']:.2f} ms | "
+                         f"{w['per_second']:.0f} | {w['peak_in_flight']} | {w['db_connections_peak']} |")
+    if "brokers" in results:
+        lines += ["", "Brokers: the fast-receiver drain (one worker; its relay publishes, so publishing is measured "
+                      "too), medians of alternating runs:", "",
+                  "| broker | deliveries/s | runs | worker CPU per delivery |", "|---|---|---|---|"]
+        for name, r in results["brokers"].items():
+            lines.append(f"| {name} | {r['per_second']:.0f} | {r['runs']} | {r['worker_cpu_ms']:.2f} ms |")
     if "noisy_neighbour" in results:
         r = results["noisy_neighbour"]
         lines += ["", f"Noisy neighbour: an endpoint hanging past the 15 s timeout with 60 deliveries queued; a healthy "
