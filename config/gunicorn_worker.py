@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import selectors
+import socket
 import time
 from functools import partial
 
@@ -234,8 +235,17 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _refuse(self, reader: RequestReader, status: int, detail: str) -> None:
         self.log.info("Refused %s from %s: %s", status, _peer(reader.conn), detail)
+        sock = reader.conn.sock
         try:
-            reader.conn.sock.send(refusal_bytes(status, detail))
+            sock.send(refusal_bytes(status, detail))
+            # Half-close, and take what the client already sent: closing with unread bytes makes the kernel
+            # send a reset, which can destroy the answer before the client reads it. Never waits: this is the
+            # event loop (a client still sending its body may miss the answer; one that waits, as curl does
+            # with `Expect: 100-continue`, gets it).
+            sock.shutdown(socket.SHUT_WR)
+            for _ in range(16):
+                if not sock.recv(RECV_BYTES):
+                    break
         except OSError:
             pass
         _count_refusal(status)
