@@ -32,8 +32,8 @@ RFC 8941 string is accepted and unquoted); a UUID is a good choice. Scoped to yo
 * While the first request is still running: 409 `idempotency_key_in_progress` with
   `Retry-After: {RETRY_AFTER_SECONDS}`; retry later with the same key.
 * 2xx and 4xx answers of the operation are stored; a 5xx rolls the work back and forgets the key.
-  Requests rejected before the operation runs (401, key errors, 413, 415, malformed JSON) are never
-  stored: fix them and retry with the same key.
+  Requests rejected before the operation runs (401, key errors, 413, 415, 429, malformed JSON) are
+  never stored: fix them (or wait) and retry with the same key.
 """
 
 _WRITE_PROBLEMS = {
@@ -48,6 +48,8 @@ _READ_PROBLEMS = {
     "400": "`validation_error` (bad filter or pagination parameter)",
     "401": "`not_authenticated`: missing or wrong bearer token",
 }
+_THROTTLED = ("`throttled`: this credential is over `INTAKE_RATE_LIMIT_PER_SECOND` (when the operator set one); "
+              "retry after `Retry-After` seconds")
 
 
 def _problem(description: str) -> dict:
@@ -63,6 +65,7 @@ class HeraldAutoSchema(AutoSchema):
         responses = operation.setdefault("responses", {})
         writes = method in ("POST", "PATCH")
         problems = dict(_WRITE_PROBLEMS if writes else _READ_PROBLEMS)
+        problems["429"] = _THROTTLED + (", with the same key" if writes else "")
         if "{" in path:
             problems["404"] = "`not_found`: no such object for this tenant"
         if writes and settings.IDEMPOTENCY_MISMATCH_STATUS != 409:

@@ -27,14 +27,16 @@ def test_every_write_documents_the_idempotency_key_and_its_problems():
         (header,) = [p for p in op["parameters"] if p["in"] == "header" and p["name"] == "Idempotency-Key"]
         assert header["required"] is True
         assert "24 hours" in header["description"] and "Idempotent-Replay" in header["description"]
-        for status in ("400", "401", "409", "413", "415"):
+        for status in ("400", "401", "409", "413", "415", "429"):
             assert "application/problem+json" in op["responses"][status]["content"], (path, method, status)
     documented = " ".join(op["responses"][s]["description"] for _, _, op in writes for s in op["responses"]
                           if s[0] == "4")
     for code in ("validation_error", "idempotency_key_missing", "idempotency_key_invalid",
                  "idempotency_key_reused", "idempotency_key_in_progress", "not_authenticated", "not_found",
-                 "payload_too_large", "unsupported_media_type"):
+                 "payload_too_large", "unsupported_media_type", "throttled"):
         assert code in documented, code
+    reads = [op for ops in schema["paths"].values() for method, op in ops.items() if method == "get"]
+    assert all("throttled" in op["responses"]["429"]["description"] for op in reads if "401" in op["responses"])
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
