@@ -18,11 +18,11 @@ import threading
 import time
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from django.conf import settings
 from django.core.exceptions import MiddlewareNotUsed
 from django.http import HttpRequest, HttpResponse
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from intake.credentials import credential_from_authorization
 from intake.metrics import api_throttled
