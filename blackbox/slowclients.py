@@ -9,6 +9,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from blackbox.checks import percentile
+
 HEAD_START = b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 
 
@@ -130,8 +132,7 @@ class Probe:
     failures: list[str] = field(default_factory=list)
 
     def p(self, q: float) -> float:
-        ordered = sorted(self.seconds)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("inf")
+        return percentile(self.seconds, q * 100) if self.seconds else float("inf")
 
 
 class Siege(threading.Thread):

@@ -33,12 +33,11 @@ from gunicorn.workers.gthread import ThreadWorker
 
 CRLF2 = b"\r\n\r\n"
 RECV_BYTES = 65536
-PROBLEM_TYPE_BASE = "https://herald.dev/problems/"
 REFUSALS = {
-    # status: (reason phrase, problem code, title)
-    408: ("Request Timeout", "request_timeout", "Request timeout"),
-    413: ("Content Too Large", "payload_too_large", "Payload too large"),
-    431: ("Request Header Fields Too Large", "request_header_fields_too_large", "Request header fields too large"),
+    # status: (reason phrase, problem code)
+    408: ("Request Timeout", "request_timeout"),
+    413: ("Content Too Large", "payload_too_large"),
+    431: ("Request Header Fields Too Large", "request_header_fields_too_large"),
 }
 
 
@@ -50,10 +49,12 @@ class Refusal(Exception):
 
 
 def refusal_bytes(status: int, detail: str) -> bytes:
-    reason, code, title = REFUSALS[status]
-    body = json.dumps({"type": PROBLEM_TYPE_BASE + code.replace("_", "-"), "title": title, "status": status,
-                       "detail": detail, "code": code}, separators=(",", ":")).encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/problem+json\r\n"
+    """The whole answer: the API's own problem+json body (intake/problems.py), and `Connection: close`."""
+    from intake.problems import PROBLEM_CONTENT_TYPE, problem_body   # the app is loaded before any refusal
+
+    reason, code = REFUSALS[status]
+    body = json.dumps(problem_body(status_code=status, code=code, detail=detail), separators=(",", ":")).encode()
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {PROBLEM_CONTENT_TYPE}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode("latin-1") + body
 
@@ -120,14 +121,17 @@ class RequestReader:
             self.conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
         return True
 
+    def _head_without(self, name: bytes, extra: bytes = b"") -> bytes:
+        """The head with every `name:` header line dropped and `extra` lines added."""
+        kept = [line for line in bytes(self.buf[:self.head_end - 4]).split(b"\r\n")
+                if not line.lower().startswith(name + b":")]
+        return b"\r\n".join(kept) + extra + CRLF2
+
     def _strip_expect(self) -> None:
         """Answered here, so gunicorn must not answer `Expect: 100-continue` a second time."""
-        head = bytes(self.buf[:self.head_end])
-        kept = [line for line in head[:-4].split(b"\r\n")
-                if not line.lower().startswith(b"expect:")]
-        new_head = b"\r\n".join(kept) + CRLF2
-        self.buf[:self.head_end] = new_head
-        self.head_end = len(new_head)
+        head = self._head_without(b"expect")
+        self.buf[:self.head_end] = head
+        self.head_end = len(head)
 
     def _chunked_complete(self) -> bool:
         pos, pieces = self.head_end, []
@@ -162,9 +166,7 @@ class RequestReader:
         """Rewrite a whole chunked request with a Content-Length: Django reads a WSGI body only up to
         CONTENT_LENGTH, so a chunked body would otherwise reach the view empty. Trailers are dropped."""
         body = b"".join(bytes(self.buf[start:start + length]) for start, length in pieces)
-        kept = [line for line in bytes(self.buf[:self.head_end - 4]).split(b"\r\n")
-                if not line.lower().startswith(b"transfer-encoding:")]
-        head = b"\r\n".join(kept) + b"\r\nContent-Length: %d" % len(body) + CRLF2
+        head = self._head_without(b"transfer-encoding", b"\r\nContent-Length: %d" % len(body))
         self.buf[:end] = head + body
         self.head_end = len(head)
         self.chunked = False

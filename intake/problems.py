@@ -21,6 +21,8 @@ TITLES = {
     "idempotency_key_reused": "Idempotency-Key reused with another request",
     "idempotency_key_in_progress": "A request with this Idempotency-Key is in progress",
     "throttled": "Too many requests",
+    "request_timeout": "Request timeout",
+    "request_header_fields_too_large": "Request header fields too large",
     "permission_denied": "Permission denied",
     "server_error": "Internal server error",
 }

@@ -101,6 +101,7 @@ class RateLimitMiddleware:
         if request.path.startswith("/api/"):
             credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"))
             if credential is not None:
+                request.herald_credential = credential   # the idempotency layer and DRF use it as it is
                 wait = self.limiter.wait_seconds(credential.id)
                 if wait > 0:
                     return self._throttled(wait)

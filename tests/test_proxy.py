@@ -26,8 +26,7 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 def render(template: str, **values: str) -> str:
     """What the image's envsubst step does with NGINX_ENVSUBST_FILTER: only the named variables are replaced."""
-    names = set(values)
-    return string.Template(template).safe_substitute(**{k: v for k, v in values.items() if k in names})
+    return string.Template(template).safe_substitute(values)
 
 
 @pytest.fixture

@@ -71,7 +71,8 @@ class IdempotencyMiddleware:
 
     def _reject(self, request: HttpRequest) -> HttpResponse | None:
         """Checks before any key is taken; a rejection here is never stored."""
-        credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"))
+        credential = (getattr(request, "herald_credential", None)   # resolved by the rate limit, if on
+                      or credential_from_authorization(request.META.get("HTTP_AUTHORIZATION")))
         if credential is None:
             return problem_response(status_code=401, code="not_authenticated",
                                     detail="Send a valid token as `Authorization: Bearer <token>`.",
