@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 import requests
 
 
@@ -113,3 +114,17 @@ class StubServer:
         self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture
+def stubs():
+    """Make `StubServer`s in a test (`stubs(*steps, port=0)`); each is closed when the test ends."""
+    made = []
+
+    def make(*steps: Step, port: int = 0) -> StubServer:
+        made.append(StubServer(*steps, port=port))
+        return made[-1]
+
+    yield make
+    for stub in made:
+        stub.close()

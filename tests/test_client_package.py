@@ -21,26 +21,13 @@ import standardwebhooks
 import herald_client
 from herald_client import Herald, RetryInfo, RetryPolicy
 from tests.processes import free_port, run_dir
-from tests.stub_http import Step, StubServer, problem
+from tests.stub_http import Step, problem, stubs  # noqa: F401 - stubs: a fixture
 from webhooks.signing import generate_secret, webhook_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "python"
 EVENT = {"id": "evt_1", "type": "invoice.paid", "data": {"invoice": "in_1"}, "channels": [],
          "created_at": "2026-01-01T00:00:00Z", "deliveries": []}
-
-
-@pytest.fixture
-def stubs():
-    made = []
-
-    def make(*steps: Step, port: int = 0) -> StubServer:
-        made.append(StubServer(*steps, port=port))
-        return made[-1]
-
-    yield make
-    for stub in made:
-        stub.close()
 
 
 def _client(url: str, retries: list | None = None, **options) -> Herald:

@@ -24,7 +24,7 @@ import requests
 import herald_client
 from tests.conftest import create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
-from tests.stub_http import Step, StubServer, problem
+from tests.stub_http import Step, problem, stubs  # noqa: F401 - stubs: a fixture
 from webhooks.models import Delivery
 from webhooks.signing import generate_secret, webhook_headers
 
@@ -42,19 +42,6 @@ def _load(name: str):
 
 client = _load("client")
 receiver_example = _load("receiver")
-
-
-@pytest.fixture
-def stubs():
-    made = []
-
-    def make(*steps: Step, port: int = 0) -> StubServer:
-        made.append(StubServer(*steps, port=port))
-        return made[-1]
-
-    yield make
-    for stub in made:
-        stub.close()
 
 
 # ------------------------------------------------------------------ the client's command line

@@ -21,7 +21,7 @@ from typing import Any, Union
 import requests
 
 from herald_client._version import __version__
-from herald_client.errors import (APIError, HeraldConnectionError, error_from_response, parse_retry_after)
+from herald_client.errors import APIError, HeraldConnectionError, error_from_response
 
 logger = logging.getLogger("herald_client")
 
@@ -192,4 +192,4 @@ def _retryable(error: APIError) -> bool:
     return error.status >= 500 or error.status in (408, 429) or (error.status == 409 and error.code == IN_PROGRESS)
 
 
-__all__ = ["NO_RETRIES", "Response", "RetryInfo", "RetryPolicy", "Timeout", "Transport", "parse_retry_after"]
+__all__ = ["NO_RETRIES", "Response", "RetryInfo", "RetryPolicy", "Timeout", "Transport"]
