@@ -114,19 +114,29 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
-# One JSON object per line on stderr, each with the request id of the work it belongs to.
+# One JSON object per line on stderr, each with the request id of the work it belongs to; or, for a
+# person at a terminal (`HERALD_LOG_FORMAT=console`, which scripts/up sets when its output is one), a
+# short line per record (config/logs.py). Either way the dispatcher's idle ticks log at DEBUG only.
+HERALD_LOG_FORMAT = env_str("HERALD_LOG_FORMAT", "json")
+if HERALD_LOG_FORMAT not in ("json", "console"):
+    raise ValueError(f"HERALD_LOG_FORMAT must be json or console, not {HERALD_LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "webhooks.logcontext.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "webhooks.logcontext.RequestIdFilter"},
+        "quiet_ticks": {"()": "config.logs.QuietTicks", "tasks": ["webhooks.dispatch_due"]},
+    },
     "formatters": {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(process)d",
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
         },
+        "console": {"()": "config.logs.ConsoleFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["request_id"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": HERALD_LOG_FORMAT,
+                             "filters": ["request_id", "quiet_ticks"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")},

@@ -9,8 +9,9 @@ local addresses unless it runs with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, as `scr
 It prints one line per processed event.
 
 What a real receiver should copy:
-- Verify with `standardwebhooks` against the raw body bytes, before parsing anything; a bad or
-  missing signature, or a timestamp more than 5 minutes off, is 400.
+- Verify against the raw body bytes, before parsing anything, with the Python client's
+  `WebhookVerifier` (or `herald_client.verify`; both wrap `standardwebhooks`); a bad or missing signature, or a timestamp more
+  than 5 minutes off, is 400.
 - Delivery is at-least-once, so de-duplicate on `webhook-id` (the event id, the same on every
   retry). Here it is an in-memory set; a real receiver records the id with a unique constraint in
   the same database transaction as the work the event triggers.
@@ -27,8 +28,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from standardwebhooks import Webhook
-from standardwebhooks.webhooks import WebhookVerificationError
+from herald_client import WebhookVerificationError, WebhookVerifier
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -45,7 +45,7 @@ class WebhookServer(ThreadingHTTPServer):
     request_queue_size = 128  # a Herald worker may open up to an endpoint's max_in_flight connections at once
 
     def __init__(self, address: tuple[str, int], secret: str, on_event: EventHandler):
-        self.webhook = Webhook(secret)
+        self.verifier = WebhookVerifier(secret)
         self.on_event = on_event
         self.lock = threading.Lock()
         self.processed: set[str] = set()
@@ -71,8 +71,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
         try:
-            payload = self.server.webhook.verify(body, headers)
-        except (WebhookVerificationError, ValueError) as exc:  # ValueError: malformed headers or body
+            payload = self.server.verifier.verify(body, headers)
+        except WebhookVerificationError as exc:
             return self._answer(HTTPStatus.BAD_REQUEST, {"error": f"invalid webhook: {exc}"})
 
         webhook_id = headers["webhook-id"]

@@ -89,9 +89,10 @@ def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | Non
     return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
 
 
-def celery_beat(**env) -> Process:
+def celery_beat(loglevel: str = "INFO", **env) -> Process:
+    """`celery -A config beat`; with `loglevel="DEBUG"` its dispatcher ticks show (they log at DEBUG)."""
     schedule = run_dir("beat") / "schedule"
-    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
+    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
     return Process("beat", argv, subprocess_env(**env), ready="beat: Starting...")
 
 

@@ -14,7 +14,7 @@ from webhooks.models import Delivery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SENT = "Sending due task dispatch-due-deliveries"
+SENT = "Sending due task dispatch-due-deliveries"  # logged at DEBUG (config/logs.py): beats run with DEBUG here
 
 
 def _sends(beat) -> int:
@@ -22,9 +22,9 @@ def _sends(beat) -> int:
 
 
 def test_two_beats_tick_one_at_a_time_and_the_second_takes_over_when_the_first_dies(processes):
-    first = processes(celery_beat())
+    first = processes(celery_beat("DEBUG"))
     wait_until(lambda: _sends(first) > 0, timeout=15, message="the first beat to tick")
-    second = processes(celery_beat())
+    second = processes(celery_beat("DEBUG"))
     time.sleep(3)  # six dispatcher intervals side by side
     before = _sends(first), _sends(second)
     time.sleep(3)
@@ -43,7 +43,7 @@ def test_two_beats_tick_one_at_a_time_and_the_second_takes_over_when_the_first_d
 
 def test_three_workers_and_two_beats_lose_nothing_when_the_ticking_beat_and_a_worker_die(api, receiver, processes):
     create_endpoint(api, receiver.url("/hook"), max_in_flight=100)
-    beats = [processes(celery_beat()), processes(celery_beat())]
+    beats = [processes(celery_beat("DEBUG")), processes(celery_beat("DEBUG"))]
     wait_until(lambda: any(_sends(beat) for beat in beats), timeout=15, message="a beat to tick")
     workers = [processes(celery_worker(f"host{n}", concurrency=20)) for n in range(3)]
     receiver.script("/hook", *[Answer(delay=0.5)] * 90)  # every attempt in flight for half a second

@@ -1,0 +1,106 @@
+"""The shapes of Herald's JSON answers, as TypedDicts: plain dicts at run time, checked by mypy.
+
+Herald may add fields to an answer in a later version; they are present in the dict even when not
+listed here. Timestamps are ISO 8601 strings in UTC, ids prefixed strings (`ep_…`, `evt_…`).
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+DeliveryStatus = Literal["pending", "succeeded", "failed", "cancelled"]
+Ordering = Literal["unordered", "fifo"]
+
+
+class EndpointHealth(TypedDict):
+    state: Literal["healthy", "tripped", "disabled"]
+    consecutive_failures: int
+    failing_since: str | None
+    next_probe_at: str | None
+
+
+class Endpoint(TypedDict):
+    """An endpoint; never its signing secret (`endpoints.secret(id)` reads that)."""
+    id: str
+    url: str
+    description: str
+    event_types: list[str]
+    channels: list[str]
+    enabled: bool
+    disabled_reason: str
+    max_in_flight: int
+    throttle_rate: int | None
+    ordering: Ordering
+    health: EndpointHealth
+    created_at: str
+    updated_at: str
+
+
+class DeliverySummary(TypedDict):
+    id: str
+    endpoint_id: str
+    status: DeliveryStatus
+
+
+class Event(TypedDict):
+    """An event with the current status of each delivery it fanned out to."""
+    id: str
+    type: str
+    data: Any
+    channels: list[str]
+    created_at: str
+    deliveries: list[DeliverySummary]
+
+
+class Attempt(TypedDict):
+    number: int
+    started_at: str
+    duration_ms: int | None
+    response_status: int | None
+    response_body: str
+    error: str
+
+
+class Delivery(TypedDict):
+    id: str
+    event_id: str
+    endpoint_id: str
+    status: DeliveryStatus
+    attempt_count: int
+    next_attempt_at: str | None
+    created_at: str
+    updated_at: str
+
+
+class DeliveryDetail(Delivery):
+    """A delivery with every attempt it made (`deliveries.get`)."""
+    attempts: list[Attempt]
+
+
+class PortalLink(TypedDict):
+    """A one-time link to the tenant's portal: open it once, before `expires_at`."""
+    url: str
+    expires_at: str
+
+
+class Tenant(TypedDict):
+    """One of the platform's customers (platform credential only)."""
+    id: str
+    uid: str | None
+    name: str
+    max_endpoints: int | None
+    metadata: dict[str, Any]
+    created_at: str
+
+
+class Credential(TypedDict):
+    """A tenant credential just made: `token` is shown this once; keep it."""
+    id: str
+    token: str
+    created_at: str
+
+
+class WebhookPayload(TypedDict):
+    """The body of every webhook Herald sends (the event id is the `webhook-id` header)."""
+    type: str
+    timestamp: str
+    data: Any
