@@ -87,7 +87,7 @@ def test_a_real_prometheus_fires_the_alerts_of_a_stopped_worker_with_deliveries_
     token = "scrape-" + secrets.token_hex(8)
     env = {"PROMETHEUS_MULTIPROC_DIR": str(run_dir("metrics")), "METRICS_TOKEN": token}
     # two receivers: one that works, one that answers 500 (its breaker trips; its attempts fail)
-    receiver.script("/broken", *[Answer(500)] * 500)
+    receiver.script("/broken", *[Answer(500)] * 2000)
     for path in ("/ok", "/broken"):
         assert api.post("endpoints", {"url": receiver.url(path)}).status_code == 201
     config_dir = run_dir("prometheus-config")
@@ -129,6 +129,13 @@ def test_a_real_prometheus_fires_the_alerts_of_a_stopped_worker_with_deliveries_
                    and not {"HeraldWorkersAbsent", "HeraldDeliveriesDelayed", "HeraldMetricsAbsent"} & set(_alerts(prom)),
                    timeout=20, message="Prometheus to scrape the live worker and its attempts, with no alert for them")
 
+        # For the picture in docs/operations.md (HERALD_DASHBOARD_PNG set): a minute of steady traffic first.
+        picture = os.environ.get("HERALD_DASHBOARD_PNG")
+        steady_until = time.monotonic() + (60 if picture else 0)
+        while time.monotonic() < steady_until:
+            post(1)
+            time.sleep(0.4)
+
         # the fault: the only worker dies (SIGKILL: no goodbye), and events keep coming, due now; the rows are
         # set back ten minutes, as if it had been down that long
         worker.kill()
@@ -159,10 +166,13 @@ def test_a_real_prometheus_fires_the_alerts_of_a_stopped_worker_with_deliveries_
         assert not {"Live workers", "Oldest due delivery", "Pending deliveries", "Attempts by outcome",
                     "Failing attempts by endpoint class", "Attempt duration", "API responses by status",
                     "Intake by idempotency outcome", "Circuit breakers"} & set(empty), empty
-        if os.environ.get("HERALD_DASHBOARD_PNG"):
+        if picture:  # events keep coming for half a minute more, then the picture
+            for _ in range(60):
+                post(1)
+                time.sleep(0.4)
             dashboard.render(prom.url, start=time.time() - (time.monotonic() - started), end=time.time(),
-                             path=Path(os.environ["HERALD_DASHBOARD_PNG"]), job="herald", scrape_seconds=1,
-                             note="tests/test_alerts.py: a worker killed with deliveries due")
+                             path=Path(picture), job="herald", scrape_seconds=1,
+                             note="tests/test_alerts.py: a receiver answering 500, then the only worker killed")
     finally:
         for process in reversed(processes):
             process.stop()

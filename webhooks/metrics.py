@@ -9,6 +9,7 @@ from django.db import connection
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
+from webhooks.breaker import RECOVERED, TRIPPED
 from webhooks.liveness import WORKER_PREFIX
 from webhooks.models import DISPATCHER, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
 from webhooks.transport import AttemptResult
@@ -37,13 +38,12 @@ breaker_transitions = Counter("herald_endpoint_breaker_transitions",
 HEALTHY, FAILING, DOWN = "healthy", "failing", "down"
 DOWN_AFTER_SECONDS = 3600
 
-
 # Every series exists from the start, at 0: a series that first appears with its first increment
 # already in it loses that increment to rate(), and a rare failure would go unseen.
 for _outcome in ("success", "http_error", "timeout", "network_error"):
     for _class in (HEALTHY, FAILING, DOWN):
         delivery_attempts.labels(_outcome, _class)
-for _transition in ("tripped", "recovered"):
+for _transition in (TRIPPED, RECOVERED):
     breaker_transitions.labels(_transition)
 
 

@@ -184,8 +184,8 @@ class Delivery(models.Model):
             models.Index(fields=["tenant", "status", "-id"], name="delivery_tenant_status"),
             # GET /deliveries?endpoint=, the endpoint's health and chart, PROTECT on endpoint delete
             models.Index(fields=["endpoint", "-id"], name="delivery_endpoint"),
-            # /metrics' failed gauge (an index-only count of failed rows alone) and the admin's failed
-            # filter, newest first; an entry only when a delivery fails
+            # the admin's failed filter, newest first, and migration 0016's first count of failed rows
+            # (index-only); an entry only when a delivery fails
             models.Index(fields=["-id"], name="delivery_failed", condition=models.Q(status="failed")),
         ]
 

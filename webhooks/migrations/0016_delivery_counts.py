@@ -29,6 +29,8 @@ SHARDS = 64
 # the advisory locks' first key: 'hrld' as an int4 (beat's leader lock uses the one-bigint form: another key space)
 LOCK_CLASS = int.from_bytes(b"hrld", "big")
 
+# Adds a change to a shard that no other open transaction holds (see above): the writer's own first,
+# the next ones after it, and only when all are held does it wait for its own.
 ADD = rf"""
 CREATE OR REPLACE FUNCTION herald_delivery_count_add(p_pending bigint, p_failed bigint) RETURNS void
 LANGUAGE plpgsql AS $fn$
@@ -54,46 +56,24 @@ END
 $fn$;
 """
 
-INSERTED = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_count_inserted() RETURNS trigger
+# Every trigger's function: what one statement or one row changed, added to a shard.
+COUNTED = r"""
+CREATE OR REPLACE FUNCTION herald_delivery_counted() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    PERFORM herald_delivery_count_add(count(*) FILTER (WHERE status = 'pending'),
-                                      count(*) FILTER (WHERE status = 'failed'))
-       FROM inserted;
-    RETURN NULL;
-END
-$fn$;
-"""
-
-UPDATED = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_count_updated() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    PERFORM herald_delivery_count_add((NEW.status = 'pending')::integer - (OLD.status = 'pending')::integer,
-                                      (NEW.status = 'failed')::integer - (OLD.status = 'failed')::integer);
-    RETURN NULL;
-END
-$fn$;
-"""
-
-DELETED = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_count_deleted() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    PERFORM herald_delivery_count_add(-count(*) FILTER (WHERE status = 'pending'),
-                                      -count(*) FILTER (WHERE status = 'failed'))
-       FROM deleted;
-    RETURN NULL;
-END
-$fn$;
-"""
-
-TRUNCATED = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_count_truncated() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    DELETE FROM webhooks_deliverycount;
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM webhooks_deliverycount;
+    ELSIF TG_LEVEL = 'ROW' THEN
+        -- an update that changed the row's status (the trigger's WHEN)
+        PERFORM herald_delivery_count_add((NEW.status = 'pending')::integer - (OLD.status = 'pending')::integer,
+                                          (NEW.status = 'failed')::integer - (OLD.status = 'failed')::integer);
+    ELSE
+        -- an insert or a delete statement: its rows, in the transition table both triggers name `changed`
+        PERFORM herald_delivery_count_add(
+                    CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END * count(*) FILTER (WHERE status = 'pending'),
+                    CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END * count(*) FILTER (WHERE status = 'failed'))
+           FROM changed;
+    END IF;
     RETURN NULL;
 END
 $fn$;
@@ -104,13 +84,13 @@ $fn$;
 LOCK = "LOCK TABLE webhooks_delivery IN SHARE ROW EXCLUSIVE MODE"
 TRIGGERS = [
     """CREATE TRIGGER delivery_count_insert AFTER INSERT ON webhooks_delivery
-       REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_count_inserted()""",
+       REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_counted()""",
     """CREATE TRIGGER delivery_count_update AFTER UPDATE OF status ON webhooks_delivery
-       FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION herald_delivery_count_updated()""",
+       FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION herald_delivery_counted()""",
     """CREATE TRIGGER delivery_count_delete AFTER DELETE ON webhooks_delivery
-       REFERENCING OLD TABLE AS deleted FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_count_deleted()""",
+       REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_counted()""",
     """CREATE TRIGGER delivery_count_truncate AFTER TRUNCATE ON webhooks_delivery
-       FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_count_truncated()""",
+       FOR EACH STATEMENT EXECUTE FUNCTION herald_delivery_counted()""",
 ]
 # the deliveries there are now, from the two partial indexes (delivery_pending_order, delivery_failed)
 FIRST_COUNT = """
@@ -120,8 +100,7 @@ SELECT 0, (SELECT count(*) FROM webhooks_delivery WHERE status = 'pending'),
 """
 DROP = [f"DROP TRIGGER {name} ON webhooks_delivery" for name in (
     "delivery_count_insert", "delivery_count_update", "delivery_count_delete", "delivery_count_truncate")] + [
-    f"DROP FUNCTION herald_delivery_count_{name}()" for name in ("inserted", "updated", "deleted", "truncated")] + [
-    "DROP FUNCTION herald_delivery_count_add(bigint, bigint)"]
+    "DROP FUNCTION herald_delivery_counted()", "DROP FUNCTION herald_delivery_count_add(bigint, bigint)"]
 
 
 class Migration(migrations.Migration):
@@ -140,5 +119,5 @@ class Migration(migrations.Migration):
             ],
         ),
         # Each function goes as one statement (a list), not through Django's splitting on semicolons.
-        migrations.RunSQL([LOCK, ADD, INSERTED, UPDATED, DELETED, TRUNCATED, *TRIGGERS, FIRST_COUNT], DROP),
+        migrations.RunSQL([LOCK, ADD, COUNTED, *TRIGGERS, FIRST_COUNT], DROP),
     ]
