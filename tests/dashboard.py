@@ -10,6 +10,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "herald-dashboard.json"
+PALETTE = ["#73bf69", "#f2cc0c", "#5794f2", "#ff9830", "#f2495c", "#b877d9", "#8ab8ff", "#96d98d"]
 
 
 def load() -> dict:
@@ -73,7 +74,7 @@ def render(prometheus: str, *, start: float, end: float, path: Path, job: str, s
         left, width = grid["x"] / 24, grid["w"] / 24
         bottom = 1 - top - (grid["y"] + grid["h"]) / rows * (1 - top)
         height = grid["h"] / rows * (1 - top)
-        ax = fig.add_axes([left + 0.006, bottom + 0.012, width - 0.012, height - 0.02], facecolor="#181b1f")
+        ax = fig.add_axes([left + 0.03, bottom + 0.015, width - 0.06, height - 0.035], facecolor="#181b1f")
         ax.set_title(panel["title"], color="#d8d9da", fontsize=10, loc="left")
         for spine in ax.spines.values():
             spine.set_color("#2c3235")
@@ -92,7 +93,7 @@ def render(prometheus: str, *, start: float, end: float, path: Path, job: str, s
             ax.set_xticks([])
             ax.set_yticks([])
             continue
-        right = None
+        right, colors = None, iter(PALETTE * 4)  # one color cycle across both axes
         for target in panel["targets"]:
             expr = expand(target["expr"], job=job, rate_interval=rate_interval)
             on_right = any(o["matcher"]["options"] == target["legendFormat"] and
@@ -104,7 +105,7 @@ def render(prometheus: str, *, start: float, end: float, path: Path, job: str, s
             for series in query(prometheus, expr, start=start, end=end, step=step)["result"]:
                 times = [datetime.fromtimestamp(float(t)) for t, _ in series["values"]]
                 values = [float(v) for _, v in series["values"]]
-                (right if on_right else ax).plot(times, values, linewidth=1.3,
+                (right if on_right else ax).plot(times, values, linewidth=1.3, color=next(colors),
                                                  label=_legend(target["legendFormat"], series["metric"]),
                                                  linestyle="--" if "alert" in target["legendFormat"] else "-")
         handles = [h for a in (ax, right) if a is not None for h in a.get_legend_handles_labels()[0]]
