@@ -683,20 +683,12 @@ class Bench:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
 
-    def year(self):
-        """A year's worth of history: 5M deliveries (seeded with generate_series) under 1.25M events, most
-        past retention and final, some past it with a delivery still pending, some recent; the database
-        time of /metrics' gauges and of the admin's delivery list on it; then retention under intake load."""
-        from django.conf import settings
-        from django.contrib.auth.models import User
+    def seed_history(self, name: str, events: int):
+        """The year's history (see `year`), `events` deep with 4 deliveries each: (tenant, deliveries, events
+        that retention must keep, seconds it took)."""
         from django.db import connection
-        from django.test import Client
 
-        from webhooks.metrics import DeliveryStateCollector
-        from webhooks.services.retention import events_prune
-
-        events = 125_000 if self.quick else 1_250_000
-        tenant, _ = self.tenant_with_endpoints("year", [f"/year/{n}" for n in range(4)])
+        tenant, _ = self.tenant_with_endpoints(name, [f"/{name}/{n}" for n in range(4)])
         self.cancel_backlog()
         started = time.monotonic()
         with connection.cursor() as cursor:
@@ -741,22 +733,52 @@ class Bench:
                                                 WHERE d.event_id = e.id AND d.status = 'pending'))""")
             must_stay = cursor.fetchone()[0]
         seeded = time.monotonic() - started
-        print(f"year: seeded {events:,} events, {deliveries:,} deliveries and as many attempts in {seeded:.0f} s",
+        print(f"{name}: seeded {events:,} events, {deliveries:,} deliveries and as many attempts in {seeded:.0f} s",
               flush=True)
 
-        timed = SqlTimer()
-        spent = timed.spent
+        return tenant, deliveries, must_stay, seeded
 
-        def db_ms(action, runs=5) -> float:
-            """The median database time of `action` over `runs` (after one warm-up)."""
-            action()
-            times = []
-            for _ in range(runs):
-                spent.clear()
-                with connection.execute_wrapper(timed):
-                    action()
-                times.append(sum(spent) * 1000)
-            return statistics.median(times)
+    def drop_history(self):
+        from django.db import connection
+
+        self.cancel_backlog()
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
+                           "webhooks_delivery, webhooks_event CASCADE")
+
+    def scrape(self):
+        """/metrics at 10M deliveries: the year's history seeded twice as deep (2.5M events), then the
+        database time of whole scrapes of /metrics (every statement the view runs), median of 9."""
+        from django.test import Client
+
+        events = 250_000 if self.quick else 2_500_000
+        _, deliveries, _, seeded = self.seed_history("scrape", events)
+        client = Client()
+
+        def scrape():
+            response = client.get("/metrics")
+            assert response.status_code == 200, response.status_code
+
+        db_ms = SqlTimer.db_ms(scrape, runs=9)
+        self.results["scrape"] = {"events": events, "deliveries": deliveries, "seed_seconds": seeded, "db_ms": db_ms}
+        print(f"scrape: /metrics took {db_ms:.1f} ms of database time on {deliveries:,} deliveries", flush=True)
+        self.drop_history()
+
+    def year(self):
+        """A year's worth of history: 5M deliveries (seeded with generate_series) under 1.25M events, most
+        past retention and final, some past it with a delivery still pending, some recent; the database
+        time of /metrics' gauges and of the admin's delivery list on it; then retention under intake load."""
+        from django.conf import settings
+        from django.contrib.auth.models import User
+        from django.db import connection
+        from django.test import Client
+
+        from webhooks.metrics import DeliveryStateCollector
+        from webhooks.services.retention import events_prune
+
+        events = 125_000 if self.quick else 1_250_000
+        _, deliveries, must_stay, seeded = self.seed_history("year", events)
+        db_ms = SqlTimer.db_ms
 
         reads = {"metrics": db_ms(lambda: list(DeliveryStateCollector().collect()))}
         admin, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True,
@@ -810,10 +832,7 @@ class Bench:
               f"({pruned.rows / pruned.seconds:,.0f} rows/s); kept {left:,} events "
               f"({must_stay:,} had to stay), {pending_left:,} pending deliveries; intake p99 "
               f"{baseline['p99_ms']:.1f} ms without, {during['p99_ms']:.1f} ms during", flush=True)
-        self.cancel_backlog()
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
-                           "webhooks_delivery, webhooks_event CASCADE")
+        self.drop_history()
 
     @staticmethod
     def _db_now():
@@ -830,7 +849,7 @@ class Bench:
         try:
             self.setup()
             for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
-                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "memory"):
+                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -865,6 +884,21 @@ class SqlTimer:
         finally:
             self.spent.append(time.perf_counter() - started)
 
+    @classmethod
+    def db_ms(cls, action, runs=5) -> float:
+        """The median database time of `action` over `runs` (after one warm-up), in milliseconds."""
+        from django.db import connection
+
+        timed = cls()
+        action()
+        times = []
+        for _ in range(runs):
+            timed.spent.clear()
+            with connection.execute_wrapper(timed):
+                action()
+            times.append(sum(timed.spent) * 1000)
+        return statistics.median(times)
+
 
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -884,7 +918,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
     parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
-                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,memory")
+                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,memory")
     args = parser.parse_args()
     Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
 

@@ -23,6 +23,7 @@ TARGETS = {
     "prune_rate": ("prune rows/s", ">= 100,000"),
     "prune_p99_ratio": ("intake p99 during prune vs without", "<= 2.00x"),
     "year_metrics": ("/metrics gauges on 5M deliveries: database time", "<= 50 ms"),
+    "scrape_db_ms": ("/metrics scrape on 10M deliveries: database time", "<= 50 ms"),
     "year_admin": ("admin delivery list on 5M deliveries (slowest filter): database time", "<= 50 ms"),
     "year_rate": ("retention rows/s (events + deliveries + attempts), under intake load", ">= 100,000"),
     "year_p99_ratio": ("intake p99 during retention vs without", "<= 1.50x"),
@@ -89,6 +90,9 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         kept = y["kept_events"] == y["must_stay"] and y["pending_left"] == y["pending_seeded"]
         rows.append((*TARGETS["year_kept"], f"{y['kept_events']:,} of {y['must_stay']:,} events, "
                                             f"{y['pending_left']:,} of {y['pending_seeded']:,} pending", kept))
+    if "scrape" in results:
+        ms = results["scrape"]["db_ms"]
+        rows.append((*TARGETS["scrape_db_ms"], f"{ms:.1f} ms", ms <= 50))
     if "prune" in results:
         rate = results["prune"]["rows_per_second"]
         rows.append((*TARGETS["prune_rate"], f"{rate:,.0f}", rate >= 100_000))

@@ -1,13 +1,50 @@
 """The Celery app, configured from the CELERY_* Django settings (config/celeryconfig.py), JSON only."""
 import os
 
-from celery import Celery, signals
+from celery import Celery, bootsteps, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("herald")
 app.config_from_object("config.celeryconfig")
 app.autodiscover_tasks()
+
+
+class Liveness(bootsteps.StartStopStep):
+    """The worker's heartbeat in PostgreSQL (webhooks/liveness.py), sent from the consumer's event loop
+    while it consumes: started once the worker consumes tasks, stopped when it loses the broker."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent, **kwargs):
+        self.heart = self.tref = None
+        super().__init__(parent, **kwargs)
+
+    def start(self, parent):
+        from django.conf import settings
+
+        from webhooks.liveness import Heart
+
+        self.heart = Heart(parent.hostname)
+        self.heart.beat()
+        self.tref = parent.timer.call_repeatedly(settings.WEBHOOK_WORKER_HEARTBEAT_SECONDS, self.heart.beat)
+
+    def stop(self, parent, wait: float = 0):
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+        if self.heart is not None:
+            self.heart.stop(wait)
+            self.heart = None
+
+    def shutdown(self, parent):
+        from webhooks.liveness import forget
+
+        self.stop(parent, wait=5)  # a write under way must not bring the row back after it is deleted
+        forget(parent.hostname)
+
+
+app.steps["consumer"].add(Liveness)
 
 
 def _pool_name(pool_cls) -> str:

@@ -39,6 +39,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so it counts what the client gets, a 500 from an exception included (intake/metrics.py).
+    "intake.metrics.ResponseMetricsMiddleware",
     "intake.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -269,6 +271,9 @@ WEBHOOK_DISPATCH_SECONDS = env_float("WEBHOOK_DISPATCH_SECONDS", 2)
 WEBHOOK_RELAY_POLL_SECONDS = env_float("WEBHOOK_RELAY_POLL_SECONDS", 1)
 # At most this many delivery ids travel in one message (webhooks/publishing.py).
 WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
+# Each worker writes a heartbeat to PostgreSQL this often (webhooks/liveness.py); /metrics counts as
+# live the workers heard from within three intervals (herald_workers_live).
+WEBHOOK_WORKER_HEARTBEAT_SECONDS = env_float("WEBHOOK_WORKER_HEARTBEAT_SECONDS", 10)
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""Real Herald processes for tests: Celery workers and beat, gunicorn, a private redis-server."""
+"""Real Herald processes for tests: Celery workers and beat, gunicorn, a private redis-server, Prometheus."""
 import os
 import shutil
 import signal
@@ -132,3 +132,13 @@ class RedisServer:
         if self.process:
             self.process.kill()
             self.process = None
+
+
+def prometheus(config: Path, port: int) -> Process:
+    """Debian's `prometheus` (scripts/test-deps installs it) with this config file, its data in a run dir."""
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    argv = [binary, f"--config.file={config}", f"--storage.tsdb.path={run_dir('prometheus')}",
+            f"--web.listen-address=127.0.0.1:{port}"]
+    process = Process("prometheus", argv, dict(os.environ), ready="Server is ready to receive web requests.")
+    process.url = f"http://127.0.0.1:{port}"
+    return process

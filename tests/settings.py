@@ -14,6 +14,7 @@ os.environ.setdefault("WEBHOOK_TIMEOUT_SECONDS", "2")
 os.environ.setdefault("WEBHOOK_LEASE_SECONDS", "4")
 os.environ.setdefault("WEBHOOK_DISPATCH_INTERVAL_SECONDS", "0.5")
 os.environ.setdefault("WEBHOOK_REDISPATCH_AFTER_SECONDS", "2")
+os.environ.setdefault("WEBHOOK_WORKER_HEARTBEAT_SECONDS", "1")  # a stopped worker is not live after 3 s
 os.environ.setdefault("DEBUG", "false")
 # DEBUG off: Herald's processes refuse to start without a key of their own (config/startup.py).
 os.environ.setdefault("SECRET_KEY", "herald-tests-" + secrets.token_urlsafe(32))

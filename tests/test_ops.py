@@ -1,15 +1,23 @@
 """/healthz and /metrics: against real PostgreSQL and Redis, and across real processes."""
+import threading
 from datetime import timedelta
 
 import pytest
 import requests
+from django.db import connection, transaction
+from django.db.models import Sum
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn, run_dir
-from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
+from tests.receiver import Answer
+from webhooks.models import Delivery, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Event, Heartbeat, Tenant
+from webhooks.services.delivery import delivery_attempt, delivery_retry
+from webhooks.services.endpoints import endpoint_delete, endpoint_disable
+from webhooks.services.events import event_ingest
+from webhooks.services.retention import events_prune
 from webhooks.tasks import dispatch_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,9 +136,163 @@ def test_metrics_add_up_across_gunicorn_and_celery_processes(api, receiver):
             intake = {dict(labels)["outcome"]: value for (name, labels), value in samples.items()
                       if name == "herald_intake_requests_total"}
             assert intake == {"executed": 6, "replayed": 2, "mismatch": 1, "rejected": 1}
-            assert samples[("herald_delivery_attempts_total", (("outcome", "success"),))] == 6
+            assert samples[("herald_delivery_attempts_total", (("endpoint_class", "healthy"), ("outcome", "success")))] == 6
             assert samples[("herald_delivery_attempt_duration_seconds_count", ())] == 6
             assert samples[("herald_deliveries_pending", ())] == 0
     finally:
         for process in processes:
             process.stop()
+
+
+def _counted() -> tuple[int, int]:
+    sums = DeliveryCount.objects.aggregate(pending=Sum("pending"), failed=Sum("failed"))
+    return sums["pending"] or 0, sums["failed"] or 0
+
+
+def _exact() -> tuple[int, int]:
+    return (Delivery.objects.filter(status=Delivery.PENDING).count(),
+            Delivery.objects.filter(status=Delivery.FAILED).count())
+
+
+def test_pending_and_failed_counts_stay_exact_through_every_writer(api, receiver, settings):
+    settings.WEBHOOK_RETRY_SCHEDULE = "1"  # a second failed attempt fails the delivery
+    for path in ("/a", "/b", "/c"):
+        assert api.post("endpoints", {"url": receiver.url(path)}).status_code == 201
+    a, b, c = sorted(Endpoint.objects.all(), key=lambda endpoint: endpoint.url)
+    seen = []
+
+    def check(step):
+        seen.append(_exact())
+        assert _counted() == _exact(), step
+
+    ids = {path: [] for path in "abc"}
+    for _ in range(4):  # intake: three pending deliveries each
+        for delivery in api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"]:
+            ids[{a.pk: "a", b.pk: "b", c.pk: "c"}[delivery["endpoint_id"]]].append(delivery["id"])
+    check("intake")
+    assert delivery_attempt(delivery_id=ids["a"][0]) == Delivery.SUCCEEDED
+    check("record: succeeded")
+    receiver.script("/a", Answer(500), Answer(500))
+    assert delivery_attempt(delivery_id=ids["a"][1]) == Delivery.PENDING
+    check("record: a retry")
+    Delivery.objects.filter(pk=ids["a"][1]).update(next_attempt_at=timezone.now())
+    assert delivery_attempt(delivery_id=ids["a"][1]) == Delivery.FAILED
+    check("record: failed")
+    delivery_retry(delivery=Delivery.objects.get(pk=ids["a"][1]))
+    check("manual retry")
+    endpoint_disable(endpoint_id=b.pk, reason="test")
+    check("endpoint disabled: its pending deliveries failed")
+    endpoint_delete(endpoint=c)
+    check("endpoint deleted: its pending deliveries cancelled")
+    Delivery.objects.filter(pk=ids["a"][2]).update(status=Delivery.FAILED)
+    check("any other update")
+    pruned = events_prune(now=timezone.now() + timedelta(days=31), pause_ratio=0)
+    assert pruned.deliveries > 0
+    check("retention")
+    assert len(set(seen)) >= 5  # the steps did move the numbers
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {Delivery._meta.db_table}")
+    assert _counted() == (0, 0)
+
+
+def test_count_writers_do_not_wait_for_one_another():
+    """Two intakes in open transactions at once: the second adds to another shard, and commits while the first
+    still holds its own (a single counter row would make it wait for the first's commit)."""
+    tenant = Tenant.objects.create(name="counts")
+    Endpoint.objects.create(tenant=tenant, url="https://a.example.com/")
+    holding, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        try:
+            with transaction.atomic():
+                event_ingest(tenant=tenant, event_type="a.b", data={}, channels=[])
+                holding.set()
+                release.wait(20)
+        finally:
+            connection.close()
+
+    def second():
+        try:
+            holding.wait(20)
+            with transaction.atomic():
+                event_ingest(tenant=tenant, event_type="a.b", data={}, channels=[])
+            done.set()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert done.wait(10), "the second intake waited for the first one's transaction"
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(20)
+    assert Event.objects.count() == 2
+    assert _counted() == _exact() == (2, 0)
+    assert DeliveryCount.objects.filter(pending__gt=0).count() == 2
+
+
+def test_attempts_are_counted_by_endpoint_class(api, receiver):
+    def attempts():
+        return {labels: value for (name, labels), value in _samples(Client().get("/metrics").content.decode()).items()
+                if name == "herald_delivery_attempts_total"}
+
+    assert api.post("endpoints", {"url": receiver.url("/x")}).status_code == 201
+    ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(4)]
+    receiver.script("/x", Answer(500), Answer(500), Answer(500))
+    before = attempts()
+    for delivery_id in ids[:2]:
+        delivery_attempt(delivery_id=delivery_id)  # the first fails a healthy endpoint, the second a failing one
+    Endpoint.objects.update(failing_since=timezone.now() - timedelta(hours=2))
+    delivery_attempt(delivery_id=ids[2])  # failing for two hours: down
+    delivery_attempt(delivery_id=ids[3])  # a success, recorded on the slow path (it resets the failure clock)
+    after = attempts()
+    grew = {dict(labels)["endpoint_class"] + " " + dict(labels)["outcome"]: after[labels] - before.get(labels, 0)
+            for labels in after if after[labels] != before.get(labels, 0)}
+    assert grew == {"healthy http_error": 1, "failing http_error": 1, "down http_error": 1, "down success": 1}
+
+
+@pytest.mark.slow
+def test_live_workers_come_from_heartbeats_in_postgresql():
+    def live():
+        return _samples(Client().get("/metrics").content.decode())[("herald_workers_live", ())]
+
+    assert live() == 0
+    first, second = celery_worker("live-1"), celery_worker("live-2")
+    try:
+        wait_until(lambda: live() == 2, timeout=10, message="two live workers")
+        assert Heartbeat.objects.filter(name__startswith="worker:live-").count() == 2
+        second.stop()  # a worker shutting down says goodbye: not live at once
+        assert live() == 1
+        first.kill()  # one that dies is not live once its heartbeat is 3 intervals old
+        assert live() == 1
+        wait_until(lambda: live() == 0, timeout=3 * 1 + 2, message="the killed worker to age out")
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_responses_are_counted_by_area_and_status(api):
+    def responses():
+        return {labels: value for (name, labels), value in _samples(Client().get("/metrics").content.decode()).items()
+                if name == "herald_http_responses_total"}
+
+    before = responses()
+    assert Client().get("/api/v1/events").status_code == 401
+    assert Client().get("/healthz").status_code == 200
+    assert Client().get("/no/such/page").status_code == 404
+    # a statement the database refuses: the API answers 500 (no input can cause this), and it is counted
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {Event._meta.db_table} RENAME TO herald_event_away")
+    try:
+        assert api.post("events", {"type": "a.b", "data": {}}).status_code == 500
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE herald_event_away RENAME TO {Event._meta.db_table}")
+    after = responses()
+    grew = {(dict(labels)["area"], dict(labels)["status"]): after[labels] - before.get(labels, 0)
+            for labels in after if after[labels] != before.get(labels, 0)}
+    # the /metrics scrape that read `before` is counted too
+    assert grew == {("api", "401"): 1, ("ops", "200"): 2, ("other", "404"): 1, ("api", "500"): 1}

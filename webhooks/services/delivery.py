@@ -358,7 +358,8 @@ def deliveries_record(*, outcomes: list[Outcome], hand_on: Callable[[list[str]],
     now = timezone.now()
     decided = [delivery_decide(number=o.claim.number, result=o.result, now=now) for o in outcomes]
     params = [_record_params(o, status, next_at) for o, (status, next_at) in zip(outcomes, decided)]
-    done: dict[int, tuple[bool, list[str], str | None]] = {}
+    # per attempt: moved on, handed on, breaker transition, endpoint class (metrics.endpoint_class)
+    done: dict[int, tuple[bool, list[str], str | None, str]] = {}
     fast = [i for i, o in enumerate(outcomes) if o.result.ok and o.claim.endpoint_healthy]
     if fast:
         records = json.dumps([{**params[i], "fast": True, "hand_on": 1} for i in fast], default=str)
@@ -367,7 +368,7 @@ def deliveries_record(*, outcomes: list[Outcome], hand_on: Callable[[list[str]],
         for i in fast:
             applied, moved, handed = rows[outcomes[i].claim.delivery_id]
             if applied:
-                done[i] = (moved, handed, None)
+                done[i] = (moved, handed, None, metrics.HEALTHY)
     for i, outcome in enumerate(outcomes):
         if i not in done:
             token = request_id.set(outcome.claim.request_id)  # for the operational events it may record
@@ -383,9 +384,9 @@ def deliveries_record(*, outcomes: list[Outcome], hand_on: Callable[[list[str]],
         else:
             deliveries_enqueue(delivery_ids=handed_on, queue=settings.HERALD_PERIODIC_QUEUE, wait=True)
     for i, outcome in enumerate(outcomes):
-        moved, _, transition = done[i]
+        moved, _, transition, endpoint_class = done[i]
         claim, result = outcome.claim, outcome.result
-        metrics.record_attempt(result)
+        metrics.record_attempt(result, endpoint=endpoint_class, transition=transition)
         logger.info("delivery.attempt", extra={
             "request_id": claim.request_id, "delivery_id": claim.delivery_id, "event_id": claim.event_id,
             "endpoint_id": claim.endpoint_id, "attempt": claim.number, "response_status": result.status,
@@ -408,7 +409,7 @@ def _record_params(outcome: Outcome, status: str, next_at: datetime | None) -> d
 
 
 def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, now: datetime,
-                 params: dict) -> tuple[bool, list[str], str | None]:
+                 params: dict) -> tuple[bool, list[str], str | None, str]:
     notify = not event_types.is_reserved(claim.event_type)
     with transaction.atomic(), connection.cursor() as cursor:
         endpoint = _lock_endpoint(cursor, params)
@@ -430,7 +431,7 @@ def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, 
             endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
         if notify:
             _emit_operational(claim=claim, change=change, result=result, failed=moved and status == Delivery.FAILED)
-    return moved, handed, change.transition
+    return moved, handed, change.transition, metrics.endpoint_class(failing_since=endpoint.failing_since, now=now)
 
 
 def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: transport.AttemptResult,
