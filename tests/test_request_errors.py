@@ -106,3 +106,14 @@ def test_unrouted_paths_and_server_errors_are_problem_json(api, monkeypatch):
 
     monkeypatch.setattr(views.EventListCreateView, "get", lambda self, request: 1 / 0)
     _assert_problem(api.get("events"), 500, "server_error")
+
+
+@pytest.mark.parametrize("method", ["post", "patch"])
+@pytest.mark.parametrize("path", ["endpoints/ep_{}/rotate-secret", "endpoints/{}", "no-such-route/{}"])
+def test_a_write_to_an_over_long_path_is_a_404_problem_and_nothing_is_stored(api, method, path):
+    """A key's row holds paths of up to 2,000 characters (it was a 500); a longer one names no route: ids are
+    short."""
+    response = getattr(api.client, method)(f"/api/v1/{path.format('x' * 2_500)}", "{}",
+                                           content_type="application/json", headers=api._headers("long-0001", None))
+    _assert_problem(response, 404, "not_found")
+    assert _nothing_stored()
