@@ -30,7 +30,10 @@ class MaskSecretsFilter(logging.Filter):
     (`extra={"request": …}`), which the JSON formatter would write out with its path."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed call: the handler reports it, never the caller
+            return True
         masked = mask_secrets(message)
         if masked is not message:
             record.msg, record.args = masked, None

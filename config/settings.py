@@ -63,6 +63,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "intake.request_id.RequestIdMiddleware",
+    # A NUL in the path or query names nothing PostgreSQL can hold: 404/400 before any view (it was a 500).
+    "config.nul_guard.refuse_nul_characters",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).

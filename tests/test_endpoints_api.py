@@ -201,7 +201,7 @@ def test_bad_ordering_or_throttle_is_400_and_changes_nothing(api, body):
 
 @pytest.mark.parametrize("allow_private", [True, False])
 @pytest.mark.parametrize("url", ["https://user:secret@hooks.example.com/in", "https://token@hooks.example.com/in",
-                                 "https://:secret@93.184.216.34/in", "http://u:p@127.0.0.1:9/"])
+                                 "https://user:secret@93.184.216.34:8443/in", "http://u:p@127.0.0.1:9/"])
 def test_urls_with_a_user_name_or_password_are_refused(api, settings, allow_private, url):
     """They were copied into Herald's own events (herald.endpoint.disabled …) sent to the tenant's other
     receivers."""

@@ -2,8 +2,10 @@
 real nginx in front of a real gunicorn: requests, replays and Herald's errors pass through, a body over the
 proxy's own limit gets the same problem+json, slow clients slow nobody. (Spreading over several `web` replicas
 is Docker's DNS answering with each replica's address; it is not reproduced here.)"""
+import re
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -87,3 +89,18 @@ def test_slow_clients_at_the_proxy_do_not_slow_anyone(front, api):
     for trickler in tricklers:
         trickler.stop()
     assert max(took) < 1.0, took
+
+
+def test_the_portal_works_through_the_proxy_on_plain_http(front, api):
+    """Compose as it starts locally (no HERALD_PUBLIC_URL): the browser's Origin names the proxy's port, and
+    the Host the proxy passes on must too, or Django's CSRF check refuses every form (it did)."""
+    session = requests.Session()
+    session.trust_env = False
+    link = api.post("portal-links").json()["url"]
+    page = session.get(front.url + urlsplit(link).path, timeout=10)
+    assert page.status_code == 200
+    (token,) = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    opened = session.post(page.url, data={"csrfmiddlewaretoken": token}, allow_redirects=False, timeout=10,
+                          headers={"Origin": front.url, "Referer": page.url})
+    assert opened.status_code == 302 and opened.headers["Location"] == "/portal/", opened.text[:300]
+    assert session.get(f"{front.url}/portal/", timeout=10).status_code == 200
