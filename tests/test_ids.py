@@ -37,6 +37,7 @@ def test_a_forked_child_does_not_continue_from_its_parents_last_id(monkeypatch):
     assert len(made) == 2 and made[0] != made[1]
 
 
+@pytest.mark.slow  # about 11 s: a hundred thousand deliveries and their outbox rows
 @pytest.mark.django_db(transaction=True)
 def test_delivery_ids_stay_unique_past_100000_matching_endpoints_and_after_the_events_before():
     """A delivery's id is its event's ULID and the endpoint's rank; the rank was cut to five digits, so the
