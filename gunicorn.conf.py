@@ -12,12 +12,27 @@ its own PostgreSQL connection: workers x threads (8) per host.
 """
 import os
 
+from gunicorn.glogging import Logger
+
+
+class MaskingLogger(Logger):
+    """gunicorn's logger, with secrets in URLs masked in access log lines (request line, path, referer,
+    headers): a portal link's token is the link itself (config/logmask.py)."""
+
+    def atoms(self, resp, req, environ, request_time):
+        from config.logmask import mask_secrets
+
+        return {name: mask_secrets(value) if isinstance(value, str) else value
+                for name, value in super().atoms(resp, req, environ, request_time).items()}
+
+
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # gthread, except that a request is read whole in the worker's event loop before a thread takes it,
 # so clients that trickle their headers or body hold no thread (config/gunicorn_worker.py).
 worker_class = "config.gunicorn_worker.BufferedThreadWorker"
 threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 keepalive = 5
+logger_class = MaskingLogger  # the access log is off unless --access-logfile (compose turns it on)
 backlog = 1024
 timeout = 30
 

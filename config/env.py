@@ -1,5 +1,6 @@
 """Typed readers for the environment variables of SPEC §1, each with a working local default."""
 import os
+from urllib.parse import urlsplit
 
 
 def env_str(name: str, default: str) -> str:
@@ -26,3 +27,30 @@ def env_bool(name: str, default: bool) -> bool:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_origin(name: str) -> str:
+    """An origin (`scheme://host[:port]`, lower-cased, no trailing slash), or "" when unset.
+
+    Only http(s), a host and an optional port: a path, query, fragment or user name is refused, so a typo
+    cannot quietly produce links and trusted origins that are not where users reach Herald.
+    """
+    value = env_str(name, "").strip()
+    if not value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"{name} is not a URL: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} must be http(s)://host[:port], not {value!r}")
+    if parts.username is not None:
+        raise ValueError(f"{name} must not carry a user name or password")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{name} must be only http(s)://host[:port] (no path or query), not {value!r}")
+    scheme = parts.scheme.lower()
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    # As browsers send it in `Origin`: the scheme's own port is left out.
+    shown_port = "" if port is None or port == {"http": 80, "https": 443}[scheme] else f":{port}"
+    return f"{scheme}://{host}{shown_port}"

@@ -2,13 +2,15 @@
 
 This is the one place that reads the environment; the rest of the code reads `django.conf.settings`.
 """
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
-from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_origin, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -22,6 +24,26 @@ DEBUG = env_bool("DEBUG", False)
 HERALD_ENCRYPTION_KEYS = env_list("HERALD_ENCRYPTION_KEYS", "")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
+# Where users reach Herald (e.g. https://hooks.example.com), usually through a proxy that terminates TLS.
+# Portal links are built on it (portal/links.py), its host is allowed, and its origin is trusted by the
+# CSRF check of the portal's and the admin's forms: behind a proxy the Host gunicorn sees need not be the
+# one in the browser's Origin. When it is https, every cookie is Secure, browsers are told to keep to
+# https (HSTS), and a request whose proxy says `X-Forwarded-Proto: https` counts as secure: the proxy in
+# front sets that header (deploy/nginx/herald.conf.template; a client that claims https over plain http
+# only gets Secure cookies it cannot send back). Unset: a local run over plain http, links built on the
+# request's own host.
+HERALD_PUBLIC_URL = env_origin("HERALD_PUBLIC_URL")
+CSRF_TRUSTED_ORIGINS = [HERALD_PUBLIC_URL] if HERALD_PUBLIC_URL else []
+if HERALD_PUBLIC_URL:
+    _public_host = urlsplit(HERALD_PUBLIC_URL).hostname
+    ALLOWED_HOSTS.append(f"[{_public_host}]" if ":" in _public_host else _public_host)
+HERALD_BEHIND_HTTPS = HERALD_PUBLIC_URL.startswith("https://")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HERALD_BEHIND_HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HERALD_BEHIND_HTTPS else None
+# Sent only on secure requests; a year, as browsers' preload lists ask (0 turns it off). Not for
+# subdomains: Herald cannot know that every other site under its domain speaks https.
+SECURE_HSTS_SECONDS = env_int("HERALD_HSTS_SECONDS", 31_536_000) if HERALD_BEHIND_HTTPS else 0
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -30,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.postgres",
+    "axes",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -42,6 +65,8 @@ MIDDLEWARE = [
     # First, so it counts what the client gets, a 500 from an exception included (intake/metrics.py).
     "intake.metrics.ResponseMetricsMiddleware",
     "intake.request_id.RequestIdMiddleware",
+    # A NUL in the path or query names nothing PostgreSQL can hold: 404/400 before any view (it was a 500).
+    "config.nul_guard.refuse_nul_characters",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).
@@ -51,12 +76,26 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Turns an admin login refused for too many failures into its 429 page (see AXES_ below).
+    "axes.middleware.AxesMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Over INTAKE_RATE_LIMIT_PER_SECOND: 429 before the idempotency layer, never stored (absent when unset).
     "intake.ratelimit.RateLimitMiddleware",
     # Last, so that it wraps exactly the view: see intake/idempotency/middleware.py.
     "intake.idempotency.middleware.IdempotencyMiddleware",
 ]
+
+# Admin logins (django-axes): after ADMIN_LOGIN_FAILURE_LIMIT failed tries for one user name from one
+# address, that pair is refused (429) for ADMIN_LOGIN_LOCKOUT_SECONDS, even with the right password; a
+# success clears the count. The pair, not the user name alone, so that nobody can lock the operators out
+# from elsewhere. The address is the client's behind proxies too (config/proxy.py).
+# `manage.py axes_reset` lifts every lock.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("ADMIN_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "config.proxy.client_address"
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -128,6 +167,7 @@ LOGGING = {
     "filters": {
         "request_id": {"()": "webhooks.logcontext.RequestIdFilter"},
         "quiet_ticks": {"()": "config.logs.QuietTicks", "tasks": ["webhooks.dispatch_due"]},
+        "mask_secrets": {"()": "config.logmask.MaskSecretsFilter"},
     },
     "formatters": {
         "json": {
@@ -138,11 +178,12 @@ LOGGING = {
         "console": {"()": "config.logs.ConsoleFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": HERALD_LOG_FORMAT,
-                             "filters": ["request_id", "quiet_ticks"]}},
+                             "filters": ["request_id", "quiet_ticks", "mask_secrets"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "herald": {"level": env_str("HERALD_LOG_LEVEL", "INFO")},
         "django.db.backends": {"level": "INFO"},
+        "axes.apps": {"level": "WARNING"},  # its version line at every start of every process
     },
 }
 
@@ -190,6 +231,8 @@ WEBHOOK_RETRY_JITTER = env_float("WEBHOOK_RETRY_JITTER", 0.2)
 WEBHOOK_TIMEOUT_SECONDS = env_float("WEBHOOK_TIMEOUT_SECONDS", 15)
 WEBHOOK_DISPATCH_INTERVAL_SECONDS = env_float("WEBHOOK_DISPATCH_INTERVAL_SECONDS", 5)
 WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", False)
+# The DNS lookup that checks an endpoint's host when it is created or its URL changed: past this, 400.
+ENDPOINT_DNS_TIMEOUT_SECONDS = env_float("ENDPOINT_DNS_TIMEOUT_SECONDS", 2)
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
 
 WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 100)

@@ -1,7 +1,7 @@
 """Admin for API credentials (issued by a service, token shown once) and read-only idempotency keys."""
 from django.contrib import admin, messages
 from django.db.models.functions import Length
-from django.utils.html import format_html
+from django.template.response import TemplateResponse
 from django.utils.translation import ngettext
 
 from intake.credentials import credential_issue, credentials_revoke
@@ -11,7 +11,8 @@ from webhooks.admin import CappedCountPaginator
 
 @admin.register(ApiCredential)
 class ApiCredentialAdmin(admin.ModelAdmin):
-    """Add = pick a tenant and a name; the token is generated, shown once in a message, stored hashed."""
+    """Add = pick a tenant and a name; the token is generated, shown once on the page that answers the add,
+    stored hashed."""
 
     list_display = ("tenant", "name", "token_prefix", "created_at", "revoked_at")
     list_display_links = ("token_prefix",)
@@ -44,9 +45,17 @@ class ApiCredentialAdmin(admin.ModelAdmin):
         for field in ApiCredential._meta.concrete_fields:
             setattr(obj, field.attname, getattr(credential, field.attname))
         obj._state.adding = False
-        messages.success(request, format_html(
-            "API token for tenant “{}”: <code>{}</code> — copy it now, it will not be shown again.",
-            credential.tenant.name, token))
+        request.herald_issued_token = token
+
+    def response_add(self, request, obj, post_url_continue=None):
+        """The new token on a page of its own, answered to the POST itself (no redirect): a message would
+        carry it in Django's `messages` cookie (signed, not encrypted) or the session table."""
+        token = getattr(request, "herald_issued_token", None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        # (the admin's views are never cached: the page is answered with Cache-Control no-store)
+        return TemplateResponse(request, "admin/intake/apicredential/token_issued.html", {
+            **self.admin_site.each_context(request), "opts": self.opts, "credential": obj, "token": token})
 
     @admin.action(description="Revoke selected credentials", permissions=["change"])
     def revoke(self, request, queryset):

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
+from portal.links import portal_link_url
 from webhooks import selectors
 from webhooks.models import Delivery
 from webhooks.services import delivery as delivery_services
@@ -128,8 +129,8 @@ class PortalLinkView(TenantAPIView):
     @extend_schema(operation_id="portal_links_create", request=None, responses={201: io.PortalLinkOutput})
     def post(self, request):
         link, token = portal_services.portal_link_create(tenant=self.tenant)
-        url = request.build_absolute_uri(reverse("portal:open", args=[token]))
-        return Response({"url": url, "expires_at": link.expires_at}, status=status.HTTP_201_CREATED)
+        return Response({"url": portal_link_url(request, token), "expires_at": link.expires_at},
+                        status=status.HTTP_201_CREATED)
 
 
 class EventListCreateView(TenantAPIView):

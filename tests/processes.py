@@ -3,6 +3,7 @@ import os
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import tempfile
@@ -97,10 +98,11 @@ def celery_beat(loglevel: str = "INFO", **env) -> Process:
 
 
 def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: tuple[str, ...] = (),
-             **env) -> Process:
+             launcher: tuple[str, ...] = (), **env) -> Process:
     """The API as in production (gunicorn.conf.py); with threads > 1 each worker serves requests concurrently,
-    with workers and threads None gunicorn.conf.py's own (as `gunicorn config.wsgi` alone starts it)."""
-    argv = [str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"]
+    with workers and threads None gunicorn.conf.py's own (as `gunicorn config.wsgi` alone starts it).
+    `launcher` runs before it (e.g. `unshare …`), ending with gunicorn's command line."""
+    argv = [*launcher, str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"]
     if workers is not None:
         argv += ["--workers", str(workers)]
     if threads is not None:
@@ -111,6 +113,43 @@ def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: 
     process = Process("gunicorn", argv, subprocess_env(**env), ready="Booting worker")
     process.url = f"http://127.0.0.1:{port}"
     return process
+
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "herald.conf.template"
+
+
+def render_nginx_template(**values: str) -> str:
+    """Compose's proxy configuration as the nginx image renders it (envsubst with NGINX_ENVSUBST_FILTER):
+    only the named variables are replaced, nginx's own $variables stay."""
+    return string.Template(NGINX_TEMPLATE.read_text()).safe_substitute(values)
+
+
+def nginx(http: str, workdir: Path) -> Process:
+    """Debian's nginx running `http` (the inside of its http block; files it names live in `workdir`)."""
+    if not Path(NGINX).exists():
+        raise RuntimeError("nginx is missing: apt-get install -y --no-install-recommends nginx (scripts/test-deps does)")
+    workdir.chmod(0o755)   # nginx's workers (another user when started as root) keep request bodies in here
+    (workdir / "nginx.conf").write_text(f"""
+daemon off;
+worker_processes 1;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {workdir}/body;
+    proxy_temp_path {workdir}/proxy;
+    fastcgi_temp_path {workdir}/fastcgi;
+    uwsgi_temp_path {workdir}/uwsgi;
+    scgi_temp_path {workdir}/scgi;
+{http}
+}}
+""")
+    checked = subprocess.run([NGINX, "-t", "-c", str(workdir / "nginx.conf")], capture_output=True, text=True)
+    if checked.returncode != 0:
+        raise RuntimeError(checked.stderr)
+    return Process("nginx", [NGINX, "-c", str(workdir / "nginx.conf")], dict(os.environ))
 
 
 class RedisServer:

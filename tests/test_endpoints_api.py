@@ -5,7 +5,8 @@ import pytest
 from standardwebhooks import Webhook
 
 from tests.conftest import create_endpoint
-from webhooks.models import Delivery, Endpoint, EndpointSecret
+from webhooks.models import Delivery, Endpoint, EndpointSecret, Event
+from webhooks.services.endpoints import endpoint_disable
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -196,3 +197,34 @@ def test_bad_ordering_or_throttle_is_400_and_changes_nothing(api, body):
     unchanged = Endpoint.objects.get(pk=endpoint["id"])
     assert (unchanged.ordering, unchanged.throttle_rate) == ("unordered", None)
     assert Endpoint.objects.count() == 1
+
+
+@pytest.mark.parametrize("allow_private", [True, False])
+@pytest.mark.parametrize("url", ["https://user:secret@hooks.example.com/in", "https://token@hooks.example.com/in",
+                                 "https://user:secret@93.184.216.34:8443/in", "http://u:p@127.0.0.1:9/"])
+def test_urls_with_a_user_name_or_password_are_refused(api, settings, allow_private, url):
+    """They were copied into Herald's own events (herald.endpoint.disabled …) sent to the tenant's other
+    receivers."""
+    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = allow_private
+    created = api.post("endpoints", {"url": url})
+    assert created.status_code == 400, created.content
+    assert created.json()["code"] == "validation_error"
+    assert created.json()["errors"]["url"] == ["The URL must not contain a user name or password."]
+    assert b"secret" not in created.content and not Endpoint.objects.exists()
+    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = True
+    endpoint = _create(api)
+    patched = api.patch(f"endpoints/{endpoint['id']}", {"url": url})
+    assert patched.status_code == 400 and patched.json()["errors"]["url"]
+    assert Endpoint.objects.get(pk=endpoint["id"]).url == endpoint["url"]
+
+
+def test_an_endpoint_made_with_credentials_before_keeps_them_out_of_heralds_events(api):
+    """Endpoints stored before the refusal keep their URL (libcurl still sends its credentials as Basic auth:
+    stripping them would break the receiver), but Herald's own events name it without them."""
+    watcher = _create(api)
+    api.patch(f"endpoints/{watcher['id']}", {"event_types": ["herald.*"]})
+    old = Endpoint.objects.create(tenant=api.tenant, url="https://user:s3cret@hooks.example.com/in")
+    assert endpoint_disable(endpoint_id=old.pk, reason="gone")
+    (event,) = Event.objects.filter(type="herald.endpoint.disabled")
+    assert event.data["url"] == "https://hooks.example.com/in" and b"s3cret" not in bytes(event.payload)
+    assert Endpoint.objects.get(pk=old.pk).url == "https://user:s3cret@hooks.example.com/in"

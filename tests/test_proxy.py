@@ -2,31 +2,20 @@
 real nginx in front of a real gunicorn: requests, replays and Herald's errors pass through, a body over the
 proxy's own limit gets the same problem+json, slow clients slow nobody. (Spreading over several `web` replicas
 is Docker's DNS answering with each replica's address; it is not reproduced here.)"""
-import os
-import shutil
-import string
-import subprocess
+import re
 import time
 import uuid
-from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
 from blackbox.slowclients import body_tricklers, exchange, header_tricklers
 from tests.conftest import make_api, wait_until
-from tests.processes import ROOT, Process, free_port, gunicorn, run_dir
+from tests.processes import free_port, gunicorn, nginx, render_nginx_template, run_dir
 from webhooks.models import Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-TEMPLATE = ROOT / "deploy" / "nginx" / "herald.conf.template"
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-def render(template: str, **values: str) -> str:
-    """What the image's envsubst step does with NGINX_ENVSUBST_FILTER: only the named variables are replaced."""
-    return string.Template(template).safe_substitute(values)
 
 
 @pytest.fixture
@@ -37,34 +26,13 @@ def api():
 @pytest.fixture
 def front(processes):
     """nginx on a free port in front of gunicorn (by address: there is no Docker DNS here)."""
-    if not Path(NGINX).exists():
-        pytest.fail("nginx is missing: apt-get install -y --no-install-recommends nginx (scripts/test-deps does)")
     web = processes(gunicorn(free_port(), workers=None, threads=None))
     port = free_port()
     workdir = run_dir("nginx")
-    workdir.chmod(0o755)   # nginx's workers (another user when started as root) keep request bodies in here
-    site = render(TEMPLATE.read_text(), HERALD_WEB=web.url.removeprefix("http://"), DNS_RESOLVER="127.0.0.1",
-                  PROXY_PORT=str(port))
+    site = render_nginx_template(HERALD_WEB=web.url.removeprefix("http://"), DNS_RESOLVER="127.0.0.1",
+                                 PROXY_PORT=str(port))
     (workdir / "herald.conf").write_text(site)
-    (workdir / "nginx.conf").write_text(f"""
-daemon off;
-worker_processes 1;
-pid {workdir}/nginx.pid;
-error_log {workdir}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {workdir}/body;
-    proxy_temp_path {workdir}/proxy;
-    fastcgi_temp_path {workdir}/fastcgi;
-    uwsgi_temp_path {workdir}/uwsgi;
-    scgi_temp_path {workdir}/scgi;
-    include {workdir}/herald.conf;
-}}
-""")
-    checked = subprocess.run([NGINX, "-t", "-c", str(workdir / "nginx.conf")], capture_output=True, text=True)
-    assert checked.returncode == 0, checked.stderr
-    proxy = processes(Process("nginx", [NGINX, "-c", str(workdir / "nginx.conf")], dict(os.environ)))
+    proxy = processes(nginx(f"include {workdir}/herald.conf;", workdir))
     url = f"http://127.0.0.1:{port}"
     wait_until(lambda: _up(url), timeout=10, message="nginx answering")
     proxy.url, proxy.port = url, port
@@ -79,7 +47,7 @@ def _up(url: str) -> bool:
 
 
 def test_the_rendered_template_keeps_nginx_variables_and_fills_ours():
-    site = render(TEMPLATE.read_text(), HERALD_WEB="web:8000", DNS_RESOLVER="127.0.0.11", PROXY_PORT="8000")
+    site = render_nginx_template(HERALD_WEB="web:8000", DNS_RESOLVER="127.0.0.11", PROXY_PORT="8000")
     assert "resolver 127.0.0.11 valid=5s" in site and "listen 8000;" in site
     assert "set $herald_web http://web:8000;" in site and "proxy_pass $herald_web;" in site
     assert "$proxy_add_x_forwarded_for" in site and "${" not in site
@@ -121,3 +89,18 @@ def test_slow_clients_at_the_proxy_do_not_slow_anyone(front, api):
     for trickler in tricklers:
         trickler.stop()
     assert max(took) < 1.0, took
+
+
+def test_the_portal_works_through_the_proxy_on_plain_http(front, api):
+    """Compose as it starts locally (no HERALD_PUBLIC_URL): the browser's Origin names the proxy's port, and
+    the Host the proxy passes on must too, or Django's CSRF check refuses every form (it did)."""
+    session = requests.Session()
+    session.trust_env = False
+    link = api.post("portal-links").json()["url"]
+    page = session.get(front.url + urlsplit(link).path, timeout=10)
+    assert page.status_code == 200
+    (token,) = re.findall(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    opened = session.post(page.url, data={"csrfmiddlewaretoken": token}, allow_redirects=False, timeout=10,
+                          headers={"Origin": front.url, "Referer": page.url})
+    assert opened.status_code == 302 and opened.headers["Location"] == "/portal/", opened.text[:300]
+    assert session.get(f"{front.url}/portal/", timeout=10).status_code == 200

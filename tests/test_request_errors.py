@@ -106,3 +106,31 @@ def test_unrouted_paths_and_server_errors_are_problem_json(api, monkeypatch):
 
     monkeypatch.setattr(views.EventListCreateView, "get", lambda self, request: 1 / 0)
     _assert_problem(api.get("events"), 500, "server_error")
+
+
+@pytest.mark.parametrize("method", ["post", "patch"])
+@pytest.mark.parametrize("path", ["endpoints/ep_{}/rotate-secret", "endpoints/{}", "no-such-route/{}"])
+def test_a_write_to_an_over_long_path_is_a_404_problem_and_nothing_is_stored(api, method, path):
+    """A key's row holds paths of up to 2,000 characters (it was a 500); a longer one names no route: ids are
+    short."""
+    response = getattr(api.client, method)(f"/api/v1/{path.format('x' * 2_500)}", "{}",
+                                           content_type="application/json", headers=api._headers("long-0001", None))
+    _assert_problem(response, 404, "not_found")
+    assert _nothing_stored()
+
+
+def test_a_nul_in_a_path_or_query_is_refused_before_any_lookup(api):
+    """PostgreSQL's text cannot hold U+0000: an id or filter with one was a database error, a 500."""
+    from tests.test_portal import _portal
+
+    for response in (api.get("endpoints/ep_%00"), api.get("events/%00"), api.delete("endpoints/%00"),
+                     api.post("endpoints/%00/test"), api.post("deliveries/dlv_%00/retry"),
+                     api.patch("endpoints/%00", {"enabled": False})):
+        _assert_problem(response, 404, "not_found")
+    _assert_problem(api.get("events", type="\x00"), 400, "validation_error")
+    assert _nothing_stored()
+    portal = _portal(api)
+    for path in ("/portal/endpoints/%00", "/portal/events/ev%00", "/portal/deliveries/%00"):
+        _assert_problem(portal.get(path), 404, "not_found")
+    for path in ("/portal/events?type=%00", "/portal/deliveries?type=a%00b"):
+        _assert_problem(portal.get(path), 400, "validation_error")

@@ -70,20 +70,55 @@ def is_public_address(ip: str) -> bool:
     return not any(addr in net for net in _BLOCKED_NETWORKS)
 
 
-def _resolve(host: str, port: int) -> list[str]:
+# Lookups in flight at once for URL checks (each on a thread of its own, see _getaddrinfo_within).
+_LOOKUPS = threading.BoundedSemaphore(8)
+
+
+def _getaddrinfo_within(host: str, port: int, timeout: float) -> list:
+    """getaddrinfo (the system's resolver: /etc/hosts, then DNS, as libcurl resolves at connect time), with a
+    deadline of its own: the C call cannot be interrupted, so it runs on a daemon thread that is left to
+    finish by itself when the deadline passes. At most 8 such threads exist at once, so a DNS server that
+    never answers costs a few idle threads, never a request held past `timeout`."""
+    deadline = time.monotonic() + timeout
+    if not _LOOKUPS.acquire(timeout=timeout):
+        raise TimeoutError
+    outcome: dict = {}
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            outcome["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            _LOOKUPS.release()
+            done.set()
+
+    threading.Thread(target=lookup, name="herald-url-check-dns", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise TimeoutError
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["infos"]
+
+
+def _resolve(host: str, port: int, timeout: float) -> list[str]:
     try:
         return [str(ipaddress.ip_address(host))]  # a literal: no lookup
     except ValueError:
         pass
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _getaddrinfo_within(host, port, timeout)
+    except TimeoutError:
+        raise ValueError(f"the DNS lookup of host {host!r} did not finish within {timeout:g} s") from None
     except (socket.gaierror, UnicodeError) as exc:
         raise ValueError(f"cannot resolve host {host!r}: {exc}") from None
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def check_url_host(url: str) -> None:
-    """Raise ValueError unless ``url`` is http(s) and its host resolves only to public addresses."""
+def check_url_host(url: str, *, dns_timeout: float = 2.0) -> None:
+    """Raise ValueError unless ``url`` is http(s) and its host resolves only to public addresses, within
+    ``dns_timeout`` seconds."""
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -95,7 +130,7 @@ def check_url_host(url: str) -> None:
     if not host:
         raise ValueError(f"URL {url!r} has no host")
     default_port = 443 if parts.scheme == "https" else 80
-    blocked = [ip for ip in _resolve(host, port or default_port) if not is_public_address(ip)]
+    blocked = [ip for ip in _resolve(host, port or default_port, dns_timeout) if not is_public_address(ip)]
     if blocked:
         raise ValueError(
             f"host {host!r} resolves to non-public address {blocked[0]}; "

@@ -18,12 +18,14 @@ from intake.idempotency import store
 from intake.idempotency.fingerprint import request_fingerprint
 from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
 from intake.metrics import intake_requests
+from intake.models import IdempotencyKey
 from intake.problems import problem_response
 
 logger = logging.getLogger("herald.idempotency")
 
 GUARDED_METHODS = frozenset({"POST", "PATCH"})
 GUARDED_PREFIX = "/api/v1/"
+MAX_PATH_CHARS = IdempotencyKey._meta.get_field("path").max_length
 # Never replayed: hop-by-hop, per-response or secret headers (SPEC §3).
 STRIPPED_HEADERS = frozenset({"set-cookie", "authorization", "transfer-encoding", "connection", "date",
                               "content-length"})
@@ -44,6 +46,8 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method not in GUARDED_METHODS or not request.path.startswith(GUARDED_PREFIX):
             return self.get_response(request)
+        if len(request.path) > MAX_PATH_CHARS:  # no route has one (ids are short), and no key row holds it
+            return problem_response(status_code=404, code="not_found", detail="No route for a path this long.")
         return self._guarded(request)
 
     def _guarded(self, request: HttpRequest) -> HttpResponse:

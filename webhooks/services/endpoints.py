@@ -1,5 +1,6 @@
 """Endpoint services: create, update, disable, delete (cancelling pending deliveries), rotate the secret."""
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,17 +33,27 @@ HAND_ON_SQL = "SELECT unnest(herald_endpoint_hand_on(%(endpoint)s, %(default_cap
 
 
 class EndpointUrlRefused(ValueError):
-    """The URL is not http(s), or its host resolves to an address Herald may not call."""
+    """The URL is not http(s), carries credentials, or its host resolves (in time) to no address Herald may
+    call."""
 
 
 def endpoint_url_check(*, url: str) -> None:
-    """Refuse URLs that are not http(s) or point into private networks (unless allowed)."""
+    """Refuse URLs that are not http(s), that carry a user name or password, or (unless allowed) that point
+    into private networks or whose DNS lookup takes longer than ENDPOINT_DNS_TIMEOUT_SECONDS."""
+    try:
+        userinfo = "@" in urlsplit(url).netloc
+    except ValueError:
+        userinfo = False  # not a URL at all: said below
+    if userinfo:
+        # A URL is shown wherever its endpoint is, and travels in Herald's own events (herald.endpoint.*)
+        # to the tenant's other receivers: credentials have no place in it.
+        raise EndpointUrlRefused("The URL must not contain a user name or password.")
     if settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
         if not url.lower().startswith(("http://", "https://")):
             raise EndpointUrlRefused("The URL must use http or https.")
         return
     try:
-        check_url_host(url)
+        check_url_host(url, dns_timeout=settings.ENDPOINT_DNS_TIMEOUT_SECONDS)
     except ValueError as exc:
         raise EndpointUrlRefused(str(exc)) from None
 

@@ -1,6 +1,7 @@
 """Event intake: record the event, fan it out to matching endpoints, ring the relays' doorbell after commit."""
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -15,8 +16,10 @@ from webhooks.publishing import publisher
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
 # event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
-# endpoint's rank, so they stay unique and time-ordered without a round trip per id; each gets its
-# outbox row, due now and unpublished. An operational event (`herald.…`, SPEC §8) goes only to
+# endpoint's rank, so they stay unique and time-ordered (by the event's ULID first) without a round trip
+# per id; each gets its outbox row, due now and unpublished. The rank is padded to five digits and never
+# cut (lpad cuts to the length it is given: rank 100000 became 10000 again), so a five-digit rank and a
+# longer one never meet, and ranks up to 10^10 fit the 40-character id. An operational event (`herald.…`, SPEC §8) goes only to
 # endpoints whose `event_types` name it, whatever their channels; a test event (herald.test) only to the
 # endpoint it was sent to.
 _INGEST_SQL = f"""
@@ -34,7 +37,7 @@ WITH event AS (
 ), deliveries AS (
     INSERT INTO {Delivery._meta.db_table}
         (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
-    SELECT %(delivery_prefix)s || lpad(rank::text, 5, '0'), %(tenant)s, (SELECT id FROM event), matched.id,
+    SELECT %(delivery_prefix)s || lpad(rank::text, greatest(5, length(rank::text)), '0'), %(tenant)s, (SELECT id FROM event), matched.id,
            'pending', 0, %(now)s, %(now)s, %(now)s
       FROM matched
     RETURNING id, endpoint_id
@@ -78,8 +81,12 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
 
 
 def event_emit_operational(*, tenant_id: str, event_type: str, data: dict[str, Any]) -> Event:
-    """Record one of Herald's own events (SPEC §8) for the tenant, in the caller's transaction."""
+    """Record one of Herald's own events (SPEC §8) for the tenant, in the caller's transaction. An endpoint
+    URL in it goes without any `user:password@` (URLs carrying them are refused now, but an endpoint made
+    before may still have one): these events go to the tenant's other receivers."""
     assert is_reserved(event_type), event_type
+    if isinstance(data.get("url"), str):
+        data = {**data, "url": _without_credentials(data["url"])}
     return event_ingest(tenant=Tenant(pk=tenant_id), event_type=event_type, data=data, channels=[])
 
 
@@ -89,3 +96,10 @@ def event_send_test(*, endpoint: Endpoint) -> Event:
     return event_ingest(tenant=Tenant(pk=endpoint.tenant_id), event_type=event_types.TEST,
                         data={"endpoint_id": endpoint.pk, "message": "A test event sent from Herald."},
                         channels=[], only_endpoint_id=endpoint.pk)
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
