@@ -40,8 +40,9 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 class Bench:
-    def __init__(self, quick: bool):
+    def __init__(self, quick: bool, rounds: int = 5):
         self.quick = quick
+        self.rounds = rounds
         self.seconds = 4 if quick else 8
         self.results: dict = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                                time.gmtime())}
@@ -94,7 +95,8 @@ class Bench:
     def intake(self):
         """Herald against two floors in the same run: `bare` (a DRF view with nothing of Herald's, one
         INSERT … ON CONFLICT DO NOTHING and one UPDATE on a table of its own) and `floor` (Herald's
-        key statements in Herald's own server). At c=16, three alternating rounds (medians)."""
+        key statements in Herald's own server). At c=16, `--rounds` alternating rounds (default 5: this
+        machine's speed drifts through the day), medians; the other rows one round each."""
         import requests
 
         rows = []
@@ -106,7 +108,7 @@ class Bench:
                 requests.post(base + path, data='{"type":"invoice.paid","data":{"invoice":"in_1","amount":1200}}',
                               headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
                                        "Idempotency-Key": f"replay-{replay_run}-{n}"}, timeout=10).raise_for_status()
-        plan = [("first", 16, 3), ("replay", 16, 3), ("mix", 16, 1), ("first", 1, 1), ("first", 64, 1),
+        plan = [("first", 16, self.rounds), ("replay", 16, self.rounds), ("mix", 16, 1), ("first", 1, 1), ("first", 64, 1),
                 ("replay", 1, 1), ("replay", 64, 1)]
         for mode, connections, rounds in plan:
             runs: dict[str, list[dict]] = {name: [] for name, _, _ in targets}
@@ -883,10 +885,12 @@ def main():
         raise SystemExit("bench: wrk drives the intake load; install it first: sudo apt-get install wrk")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
     parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
                                        "throttle,pools,end_to_end,fan_out,prune,dispatch,year,memory")
     args = parser.parse_args()
-    Bench(args.quick).run(set(args.only.split(",")) if args.only else None)
+    Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
 
 
 if __name__ == "__main__":
