@@ -546,11 +546,11 @@ class Bench:
         def fill():
             with connection.cursor() as cursor:
                 cursor.execute("""
-                    INSERT INTO intake_idempotencykey (credential_id, key, fingerprint, method, path, status,
-                        lock_token, locked_at, response_status, response_headers, response_body, created_at,
+                    INSERT INTO intake_idempotencykey (credential_id, key, fingerprint, method, path,
+                        response_status, response_headers, response_body, response_encrypted, created_at,
                         expires_at)
-                    SELECT %s, 'old-' || g || '-' || %s, repeat('0', 64), 'POST', '/api/v1/events', 'completed',
-                        gen_random_uuid(), now(), 202, '[]'::jsonb, '\\x7b7d'::bytea, now() - interval '2 days',
+                    SELECT %s, 'old-' || g || '-' || %s, repeat('0', 64), 'POST', '/api/v1/events',
+                        202, '[]'::jsonb, '\\x7b7d'::bytea, false, now() - interval '2 days',
                         now() - interval '1 day'
                     FROM generate_series(1, %s) g""", [self.credential.id, uuid.uuid4().hex[:6], rows])
                 cursor.execute("ANALYZE intake_idempotencykey")

@@ -86,6 +86,10 @@ DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DAT
 # only, by config/wsgi.py), so one slow query cannot hold a worker; 0 = no limit. Workers, beat and
 # management commands (migrations, retention) are not limited.
 WEB_STATEMENT_TIMEOUT_SECONDS = env_float("WEB_STATEMENT_TIMEOUT_SECONDS", 5)
+# A web process that stops between two statements of a request's transaction (hung, stopped) is cut
+# after this (idle_in_transaction_session_timeout, set the same way): its rollback frees the request's
+# idempotency key for the client's retry; 0 = never.
+WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float("WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -170,7 +174,6 @@ EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)
 # After each batch retention rests this many times as long as the batch took: it takes at most
 # 1 / (1 + ratio) of one database connection's time from intake and delivery (0: no rest).
 EVENT_RETENTION_PAUSE_RATIO = env_float("EVENT_RETENTION_PAUSE_RATIO", 1.0)
-IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_float("IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 30)
 IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 
 WEBHOOK_RETRY_SCHEDULE = env_str("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")

@@ -129,7 +129,9 @@ class PortalLinkView(TenantAPIView):
     def post(self, request):
         link, token = portal_services.portal_link_create(tenant=self.tenant)
         url = request.build_absolute_uri(reverse("portal:open", args=[token]))
-        return Response({"url": url, "expires_at": link.expires_at}, status=status.HTTP_201_CREATED)
+        response = Response({"url": url, "expires_at": link.expires_at}, status=status.HTTP_201_CREATED)
+        response.carries_secret = True  # the link is a bearer secret: its stored replay is encrypted at rest
+        return response
 
 
 class EventListCreateView(TenantAPIView):
