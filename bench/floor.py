@@ -7,7 +7,6 @@ in one transaction.
 """
 import os
 
-from django.db import transaction
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -24,7 +23,7 @@ class FloorKeyView(APIView):
         key = store.Key(credential_id=int(os.environ["BENCH_FLOOR_CREDENTIAL_ID"]),
                         key=request.META["HTTP_IDEMPOTENCY_KEY"], fingerprint="0" * 64)
         if store.key_read(key) is None:
-            with transaction.atomic():
+            with store.key_transaction():
                 store.key_claim(key)
                 store.key_store(key, method="POST", path="/floor/events", status=202, headers=[], body=BODY,
                                 encrypt=False, retention_seconds=86400, replace_expired=False, commit=True)

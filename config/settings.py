@@ -44,11 +44,11 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).
     "portal.middleware.secure_session_cookie_on_https",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "config.middleware.BrowserSessionMiddleware",  # these three: not for /api/v1/ (config/middleware.py)
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.middleware.BrowserAuthenticationMiddleware",
+    "config.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Over INTAKE_RATE_LIMIT_PER_SECOND: 429 before the idempotency layer, never stored (absent when unset).
     "intake.ratelimit.RateLimitMiddleware",
@@ -82,6 +82,9 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's, with a health check of reused connections that costs no round trip (config/db/base.py).
+    DATABASES["default"]["ENGINE"] = "config.db"
 # The web process's queries are cut after this (PostgreSQL's statement_timeout, set for its connections
 # only, by config/wsgi.py), so one slow query cannot hold a worker; 0 = no limit. Workers, beat and
 # management commands (migrations, retention) are not limited.
@@ -113,6 +116,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["intake.permissions.HasCredential"],
     "DEFAULT_PARSER_CLASSES": ["intake.parsers.CheckedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "intake.negotiation.ApiContentNegotiation",
     "EXCEPTION_HANDLER": "intake.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "intake.schema.HeraldAutoSchema",
     "UNAUTHENTICATED_USER": None,

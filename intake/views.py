@@ -146,7 +146,7 @@ class EventListCreateView(TenantAPIView):
 
     @extend_schema(operation_id="events_create", request=io.EventCreateInput, responses={202: io.EventOutput})
     def post(self, request):
-        data = _validated(io.EventCreateInput, request.data)
+        data = io.event_create_input(request.data) or _validated(io.EventCreateInput, request.data)
         event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
                                             channels=data["channels"])
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,

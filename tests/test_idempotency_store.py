@@ -88,7 +88,7 @@ def key(api):
 
 def _claim(key):
     started = time.monotonic()
-    with transaction.atomic():
+    with store.key_transaction():
         return store.key_claim(key), time.monotonic() - started
 
 

@@ -111,7 +111,7 @@ class IdempotencyMiddleware:
         """Claim the key, run the view and store its answer, in one transaction with one commit."""
         rolled_back = None
         try:
-            with transaction.atomic():
+            with store.key_transaction():
                 finished = store.key_claim(key)
                 if finished is not None:  # the request holding the key committed while this one waited
                     return self._answer_existing(request, key, finished)
