@@ -120,12 +120,15 @@ class Bench:
                     self.purge_queue()
             for name, results in runs.items():
                 result = sorted(results, key=lambda r: r["rps"])[len(results) // 2]  # the median round
-                result.update(target=name, mode=mode, connections=connections,
-                              rounds_rps=[round(r["rps"]) for r in results])
+                # p99 is the median of the rounds' own: one round's stall would otherwise decide a ratio
+                result.update(target=name, mode=mode, connections=connections, p99_ms=statistics.median(
+                    r["p99_ms"] for r in results), rounds_rps=[round(r["rps"]) for r in results],
+                    rounds_p99_ms=[round(r["p99_ms"], 1) for r in results])
                 rows.append(result)
                 print(f"intake {mode:6} c={connections:<3} {name:6} {result['rps']:8.0f} req/s "
                       f"p50 {result['p50_ms']:6.1f} ms p99 {result['p99_ms']:6.1f} ms "
-                      f"errors {result['errors']} non2xx {result['non2xx']} rounds {result['rounds_rps']}", flush=True)
+                      f"errors {result['errors']} non2xx {result['non2xx']} rounds {result['rounds_rps']} "
+                      f"p99s {result['rounds_p99_ms']}", flush=True)
         self.results["intake"] = rows
         self.cancel_backlog()
 
