@@ -4,6 +4,7 @@ import re
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
@@ -137,6 +138,10 @@ def event_create_input(data) -> dict | None:
     if (len(event_type) > MAX_EVENT_TYPE_LENGTH or not event_types.is_valid_type(event_type)
             or event_types.is_reserved(event_type)
             or not all(type(c) is str and _CHANNEL_RE.fullmatch(c) for c in channels)):
+        return None
+    try:  # as JSONField checks: `-1e400` parses, as -inf, but is not JSON
+        drf_json.dumps(data["data"])
+    except (TypeError, ValueError):
         return None
     return {"type": event_type, "data": data["data"], "channels": list(channels)}
 

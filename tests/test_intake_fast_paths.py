@@ -1,11 +1,12 @@
 """The intake's event input without the serializer (intake.serializers.event_create_input) accepts only
 what EventCreateInput accepts, with the same validated data; everything else goes to the serializer."""
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from intake.serializers import EventCreateInput, event_create_input
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
                      max_leaves=6)
 _segment = st.text("abcXYZ019_", min_size=1, max_size=4)
@@ -52,7 +53,8 @@ def test_the_requests_clients_send_take_the_fast_path():
     assert event_create_input({"type": "a.b", "data": [], "channels": ["eu", "tenant:42"]})["channels"] == [
         "eu", "tenant:42"]
     for refused in ({"type": "herald.test", "data": {}}, {"type": "a b", "data": {}}, {"type": "a"},
-                    {"type": "a", "data": None}, {"type": "a", "data": 1, "channels": ["x"] * 6}, ["a"]):
+                    {"type": "a", "data": None}, {"type": "a", "data": 1, "channels": ["x"] * 6}, ["a"],
+                    {"type": "a", "data": {"n": float("-inf")}}, {"type": "a", "data": [float("nan")]}):
         assert event_create_input(refused) is None
 
 
@@ -78,3 +80,10 @@ def test_the_quick_content_negotiation_answers_as_drf_s():
             except Exception as exc:  # noqa: BLE001 - the same refusal, whatever it is
                 answers.append(type(exc))
         assert answers[0] == answers[1], (path, headers, answers)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_number_json_cannot_hold_is_a_400_not_a_500(api):
+    # `-1e400` is valid JSON syntax that Python reads as -inf, which no JSON (nor the payload) can hold
+    response = api.post("events", raw='{"type": "a.b", "data": {"n": -1e400}}', key="overflow-key-01")
+    assert response.status_code == 400 and response.json()["code"] == "validation_error"
