@@ -1,20 +1,17 @@
-"""The intake floor: a bare DRF view doing only the idempotency key's INSERT … ON CONFLICT and UPDATE.
+"""The intake floor: a bare DRF view doing only Herald's idempotency key statements.
 
-It runs Herald's own acquire statement, on the same table and database, in the same server, so the
-gap between it and `POST /api/v1/events` is exactly what Herald adds around the key.
+It runs Herald's own read, claim and store (intake/idempotency/store.py), on the same table and
+database, in the same server, so the gap between it and `POST /api/v1/events` is exactly what Herald
+adds around the key: a replay is the read; a first execution the read, then the claim and the store
+in one transaction.
 """
 import os
 
-from django.db import connection
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from intake.idempotency import store
 
-_COMPLETE_SQL = f"""
-UPDATE {store._TABLE} SET status = 'completed', response_status = 202, response_headers = '[]'::jsonb,
-       response_body = %s WHERE id = %s AND lock_token = %s
-"""
 BODY = b'{"ok":true}'
 
 
@@ -23,11 +20,11 @@ class FloorKeyView(APIView):
     permission_classes: list = []
 
     def post(self, request):
-        credential_id = int(os.environ["BENCH_FLOOR_CREDENTIAL_ID"])
-        outcome = store.key_acquire(credential_id=credential_id, key=request.META["HTTP_IDEMPOTENCY_KEY"],
-                                    fingerprint="0" * 64, method="POST", path="/floor/events",
-                                    retention_seconds=86400, lock_timeout_seconds=30)
-        if isinstance(outcome, store.Acquired):
-            with connection.cursor() as cursor:
-                cursor.execute(_COMPLETE_SQL, [BODY, outcome.id, outcome.token])
+        key = store.Key(credential_id=int(os.environ["BENCH_FLOOR_CREDENTIAL_ID"]),
+                        key=request.META["HTTP_IDEMPOTENCY_KEY"], fingerprint="0" * 64)
+        if store.key_read(key) is None:
+            with store.key_transaction():
+                store.key_claim(key)
+                store.key_store(key, method="POST", path="/floor/events", status=202, headers=[], body=BODY,
+                                encrypt=False, retention_seconds=86400, replace_expired=False, commit=True)
         return Response({"ok": True}, status=202)

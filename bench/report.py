@@ -112,8 +112,9 @@ def markdown(results: dict) -> str:
     lines += [f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} |" for name, goal, value, ok in headline(results)]
     if "intake" in results:
         has_bare = any(r["target"] == "bare" for r in results["intake"])
+        rounds = len(_intake(results, "first", "herald", 16).get("rounds_rps", [0, 0, 0]))
         lines += ["", "Intake (`gunicorn config.wsgi` with the repository's gunicorn.conf.py, wrk on the same machine; "
-                      "c=16: the median of three alternating rounds):", "",
+                      f"c=16: the median of {rounds} alternating rounds, req/s and p99 each):", "",
                   "| mode | conc. | Herald req/s | bare floor req/s | floor req/s | Herald / bare / floor p99 ms |",
                   "|---|---|---|---|---|---|"]
         for row in results["intake"]:

@@ -73,12 +73,12 @@ class Db:
         return dict(self.rows("SELECT request_id, count(*) FROM webhooks_event WHERE request_id = ANY(%s) "
                               "GROUP BY request_id", (request_ids,)))
 
-    def stored_keys(self, keys: list[str]) -> dict[str, tuple[int, str, int | None]]:
-        """key -> (credential id, status, response status) for every stored idempotency key among `keys`."""
+    def stored_keys(self, keys: list[str]) -> dict[str, tuple[int, int]]:
+        """key -> (credential id, response status) for every stored idempotency key among `keys`."""
         if not keys:
             return {}
-        return {key: (cred, status, rstatus) for key, cred, status, rstatus in self.rows(
-            "SELECT key, credential_id, status, response_status FROM intake_idempotencykey WHERE key = ANY(%s)",
+        return {key: (cred, rstatus) for key, cred, rstatus in self.rows(
+            "SELECT key, credential_id, response_status FROM intake_idempotencykey WHERE key = ANY(%s)",
             (keys,))}
 
     # -- delivery

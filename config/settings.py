@@ -71,11 +71,11 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).
     "portal.middleware.secure_session_cookie_on_https",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "config.middleware.BrowserSessionMiddleware",  # these three: not for /api/v1/ (config/middleware.py)
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.middleware.BrowserAuthenticationMiddleware",
+    "config.middleware.BrowserMessageMiddleware",
     # Turns an admin login refused for too many failures into its 429 page (see AXES_ below).
     "axes.middleware.AxesMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -123,10 +123,17 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's, with a health check of reused connections that costs no round trip (config/db/base.py).
+    DATABASES["default"]["ENGINE"] = "config.db"
 # The web process's queries are cut after this (PostgreSQL's statement_timeout, set for its connections
 # only, by config/wsgi.py), so one slow query cannot hold a worker; 0 = no limit. Workers, beat and
 # management commands (migrations, retention) are not limited.
 WEB_STATEMENT_TIMEOUT_SECONDS = env_float("WEB_STATEMENT_TIMEOUT_SECONDS", 5)
+# A web process that stops between two statements of a request's transaction (hung, stopped) is cut
+# after this (idle_in_transaction_session_timeout, set the same way): its rollback frees the request's
+# idempotency key for the client's retry; 0 = never.
+WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float("WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -150,6 +157,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["intake.permissions.HasCredential"],
     "DEFAULT_PARSER_CLASSES": ["intake.parsers.CheckedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "intake.negotiation.ApiContentNegotiation",
     "EXCEPTION_HANDLER": "intake.problems.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "intake.schema.HeraldAutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -223,7 +231,6 @@ EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)
 # After each batch retention rests this many times as long as the batch took: it takes at most
 # 1 / (1 + ratio) of one database connection's time from intake and delivery (0: no rest).
 EVENT_RETENTION_PAUSE_RATIO = env_float("EVENT_RETENTION_PAUSE_RATIO", 1.0)
-IDEMPOTENCY_LOCK_TIMEOUT_SECONDS = env_float("IDEMPOTENCY_LOCK_TIMEOUT_SECONDS", 30)
 IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 
 WEBHOOK_RETRY_SCHEDULE = env_str("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")

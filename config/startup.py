@@ -39,10 +39,21 @@ def refuse_unsafe_start(process: str) -> None:
         raise SystemExit(1)
 
 
+# How often PostgreSQL checks, while a web request's statement runs, that the web process is still
+# there (client_connection_check_interval): a process killed while its statement waits on a lock has
+# its transaction rolled back, and its idempotency key freed, within this long, not after
+# WEB_STATEMENT_TIMEOUT_SECONDS. A check is one poll() of the socket; only running statements are checked.
+CLIENT_CONNECTION_CHECK_MS = 10
+
+
 def limit_web_statements() -> None:
     """The web process's PostgreSQL connections cut any statement after WEB_STATEMENT_TIMEOUT_SECONDS
-    (a server-side setting sent as the connection opens: no round trip per request)."""
-    seconds = settings.WEB_STATEMENT_TIMEOUT_SECONDS
-    if seconds > 0:
-        options = settings.DATABASES["default"].setdefault("OPTIONS", {})
-        options["options"] = f"{options.get('options', '')} -c statement_timeout={int(seconds * 1000)}".strip()
+    and any transaction left idle after WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS, and notice a web
+    process that died within CLIENT_CONNECTION_CHECK_MS (server-side settings sent as the connection
+    opens: no round trip per request)."""
+    limits = {"statement_timeout": settings.WEB_STATEMENT_TIMEOUT_SECONDS,
+              "idle_in_transaction_session_timeout": settings.WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}
+    flags = [f"-c {name}={int(seconds * 1000)}" for name, seconds in limits.items() if seconds > 0]
+    flags.append(f"-c client_connection_check_interval={CLIENT_CONNECTION_CHECK_MS}")
+    options = settings.DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = " ".join([options.get("options", ""), *flags]).strip()

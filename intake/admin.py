@@ -68,17 +68,17 @@ class ApiCredentialAdmin(admin.ModelAdmin):
 class IdempotencyKeyAdmin(admin.ModelAdmin):
     """Strictly read-only: the keys are the intake's record; only the middleware and beat write them."""
 
-    list_display = ("credential", "key", "status", "response_status", "created_at", "expires_at")
+    list_display = ("credential", "key", "response_status", "created_at", "expires_at")
     list_display_links = ("key",)
-    list_filter = ("status",)
+    list_filter = ("response_status",)
     list_select_related = ("credential__tenant",)
     search_fields = ("key__exact",)
     search_help_text = "An exact Idempotency-Key."
     show_full_result_count = False
     paginator = CappedCountPaginator  # a day of keys can be millions: the list never counts them all
     # Not the stored response body (the tenant's data): only its size.
-    fields = ("credential", "key", "method", "path", "fingerprint", "status", "locked_at", "response_status",
-              "response_headers", "response_body_size", "created_at", "expires_at")
+    fields = ("credential", "key", "method", "path", "fingerprint", "response_status", "response_headers",
+              "response_body_size", "response_encrypted", "created_at", "expires_at")
     readonly_fields = fields
 
     def get_queryset(self, request):

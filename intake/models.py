@@ -22,11 +22,8 @@ class ApiCredential(models.Model):
 
 
 class IdempotencyKey(models.Model):
-    """One `Idempotency-Key` of one credential: its lock while running, its response once done."""
-
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-    STATUSES = [(IN_PROGRESS, "in progress"), (COMPLETED, "completed")]
+    """One `Idempotency-Key` of one credential and the answer it got, written in the transaction of the
+    request's work (intake/idempotency/): a row exists only once that request committed."""
 
     # No index of its own: the unique (credential, key) index leads with it (one index less per insert).
     credential = models.ForeignKey(ApiCredential, on_delete=models.CASCADE, related_name="idempotency_keys",
@@ -35,13 +32,11 @@ class IdempotencyKey(models.Model):
     fingerprint = models.CharField(max_length=64)
     method = models.CharField(max_length=10)
     path = models.CharField(max_length=2000)
-    status = models.CharField(max_length=16, choices=STATUSES)
-    # Fencing token: a request that lost its lock to a takeover cannot complete the key.
-    lock_token = models.UUIDField()
-    locked_at = models.DateTimeField()
-    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_headers = models.JSONField(null=True, blank=True)
-    response_body = models.BinaryField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField()
+    response_headers = models.JSONField()
+    response_body = models.BinaryField()
+    # The body is Fernet-encrypted (webhooks/crypto.py): the answer carried a secret (a portal link, a token).
+    response_encrypted = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
 
@@ -51,4 +46,4 @@ class IdempotencyKey(models.Model):
         indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_at")]
 
     def __str__(self) -> str:
-        return f"{self.key} ({self.status})"
+        return f"{self.key} ({self.response_status})"

@@ -1,7 +1,10 @@
 """Input and output serializers of the REST API; they parse and render, they hold no logic."""
+import re
+
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
@@ -24,9 +27,14 @@ def _validate_patterns(values: list[str]) -> list[str]:
     return values
 
 
+CHANNEL_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
+MAX_EVENT_CHANNELS = 5
+MAX_EVENT_TYPE_LENGTH = 200
+
+
 class _ChannelField(serializers.RegexField):
     def __init__(self, **kwargs):
-        super().__init__(r"^[A-Za-z0-9_.:-]{1,128}$", **kwargs)
+        super().__init__(f"^{CHANNEL_PATTERN}$", **kwargs)
 
 
 class EndpointCreateInput(serializers.Serializer):
@@ -98,9 +106,10 @@ class PortalLinkOutput(serializers.Serializer):
 
 
 class EventCreateInput(serializers.Serializer):
-    type = serializers.CharField(max_length=200)
+    type = serializers.CharField(max_length=MAX_EVENT_TYPE_LENGTH)
     data = serializers.JSONField()
-    channels = serializers.ListField(child=_ChannelField(), required=False, default=list, max_length=5)
+    channels = serializers.ListField(child=_ChannelField(), required=False, default=list,
+                                     max_length=MAX_EVENT_CHANNELS)
 
     def validate_type(self, value: str) -> str:
         if not event_types.is_valid_type(value):
@@ -110,6 +119,31 @@ class EventCreateInput(serializers.Serializer):
                 f"Types starting with '{event_types.RESERVED_PREFIX}' are reserved for Herald's own operational "
                 "events; endpoints may subscribe to them, clients may not post them.")
         return value
+
+
+_CHANNEL_RE = re.compile(CHANNEL_PATTERN)
+
+
+def event_create_input(data) -> dict | None:
+    """EventCreateInput's validated data for an input it accepts as it is, built without the serializer
+    (whose per-request copy of its fields was a tenth of an intake request's CPU); None for anything
+    else, which the serializer then validates and explains. A test holds the two equal."""
+    if type(data) is not dict:
+        return None
+    event_type, channels = data.get("type"), data.get("channels", [])
+    if (type(event_type) is not str or data.get("data") is None or type(channels) is not list
+            or len(channels) > MAX_EVENT_CHANNELS):
+        return None
+    event_type = event_type.strip()  # as CharField trims
+    if (len(event_type) > MAX_EVENT_TYPE_LENGTH or not event_types.is_valid_type(event_type)
+            or event_types.is_reserved(event_type)
+            or not all(type(c) is str and _CHANNEL_RE.fullmatch(c) for c in channels)):
+        return None
+    try:  # as JSONField checks: `-1e400` parses, as -inf, but is not JSON
+        drf_json.dumps(data["data"])
+    except (TypeError, ValueError):
+        return None
+    return {"type": event_type, "data": data["data"], "channels": list(channels)}
 
 
 class DeliverySummaryOutput(serializers.Serializer):

@@ -129,8 +129,10 @@ class PortalLinkView(TenantAPIView):
     @extend_schema(operation_id="portal_links_create", request=None, responses={201: io.PortalLinkOutput})
     def post(self, request):
         link, token = portal_services.portal_link_create(tenant=self.tenant)
-        return Response({"url": portal_link_url(request, token), "expires_at": link.expires_at},
-                        status=status.HTTP_201_CREATED)
+        response = Response({"url": portal_link_url(request, token), "expires_at": link.expires_at},
+                            status=status.HTTP_201_CREATED)
+        response.carries_secret = True  # the link is a bearer secret: its stored replay is encrypted at rest
+        return response
 
 
 class EventListCreateView(TenantAPIView):
@@ -145,7 +147,7 @@ class EventListCreateView(TenantAPIView):
 
     @extend_schema(operation_id="events_create", request=io.EventCreateInput, responses={202: io.EventOutput})
     def post(self, request):
-        data = _validated(io.EventCreateInput, request.data)
+        data = io.event_create_input(request.data) or _validated(io.EventCreateInput, request.data)
         event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
                                             channels=data["channels"])
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,

@@ -1,7 +1,10 @@
 """Races on one key, proved with real concurrency: threads against gunicorn (2 processes) and PostgreSQL."""
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -21,7 +24,7 @@ EVENT = {"type": "invoice.paid", "data": {"invoice": "in_42"}}
 @pytest.fixture
 def server():
     """The API in two gunicorn processes with 25 threads each: 50 requests really run at once."""
-    process = gunicorn(free_port(), workers=2, threads=25, IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=1)
+    process = gunicorn(free_port(), workers=2, threads=25)
     yield process
     process.stop()
 
@@ -34,14 +37,12 @@ def _post(server, api, key, body=EVENT):
 class EventTableLock:
     """Hold a SHARE lock on the event table from another connection: event inserts wait on it.
 
-    This makes a request slow in a real way (after it took its key, before it completes it),
+    This makes a request slow in a real way (after it claimed its key, before it stores it),
     without any test hook in the code under test.
     """
 
     def __init__(self):
-        params = connection.get_connection_params()
-        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                                    user=params.get("user"))
+        self.conn = _connect()
         self.conn.execute("LOCK TABLE webhooks_event IN SHARE MODE")
 
     def release(self):
@@ -49,9 +50,23 @@ class EventTableLock:
         self.conn.close()
 
 
-def _wait_for_key(key):
-    return wait_until(lambda: IdempotencyKey.objects.filter(key=key, status="in_progress").first(),
-                      timeout=10, message=f"key {key} taken")
+def _connect():
+    params = connection.get_connection_params()
+    return psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
+                           user=params.get("user"))
+
+
+def _blocked_backends() -> list[tuple[int, int]]:
+    """(backend pid, client port) of each connection whose statement waits on the event table lock."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid, client_port FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND datname = current_database() AND query LIKE %s", ["%webhooks_event%"])
+        return cursor.fetchall()
+
+
+def _wait_until_blocked(count=1):
+    return wait_until(lambda: len(_blocked_backends()) >= count and _blocked_backends(), timeout=10,
+                      message="the first request blocked on its event insert")
 
 
 def _is_replay_of(response, first):
@@ -95,17 +110,18 @@ def test_fifty_concurrent_identical_requests_execute_once(server, api, broker):
     assert sorted(broker.delivery_ids()) == deliveries
 
 
-def test_a_retry_during_a_slow_first_request_gets_409_at_once(server, api):
+def test_while_a_first_request_runs_a_retry_gets_409_at_once_and_another_request_the_mismatch(server, api):
     lock = EventTableLock()
     try:
         with ThreadPoolExecutor(1) as pool:
             slow = pool.submit(_post, server, api, "slow-key-000001")
-            _wait_for_key("slow-key-000001")  # the first request took the key and blocks on its insert
+            _wait_until_blocked()  # the first request claimed the key and blocks on its insert
+            assert not IdempotencyKey.objects.exists()  # a key is a row only once its request committed
             started = time.monotonic()
             retry = _post(server, api, "slow-key-000001")
             elapsed = time.monotonic() - started
-            assert _is_in_progress(retry)
-            assert elapsed < 1.0
+            # the fingerprint is compared before the in-progress state (SPEC §3), even with no row yet
+            other = _post(server, api, "slow-key-000001", body={**EVENT, "data": {"invoice": "in_43"}})
             assert not slow.done(), "the first request should still be blocked"
             lock.release()
             lock = None
@@ -113,56 +129,77 @@ def test_a_retry_during_a_slow_first_request_gets_409_at_once(server, api):
     finally:
         if lock:
             lock.release()
+    assert _is_in_progress(retry) and elapsed < 0.5, (retry.status_code, elapsed)
+    assert other.status_code == 409 and other.json()["code"] == "idempotency_key_reused"
     assert first.status_code == 202
     assert _is_replay_of(_post(server, api, "slow-key-000001"), first)
     assert Event.objects.count() == 1
 
 
-def test_a_stale_key_is_taken_over_by_exactly_one_retry_and_the_original_rolls_back(server, api):
-    # the server runs with IDEMPOTENCY_LOCK_TIMEOUT_SECONDS=1
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return out
+
+
+def _pid_owning_local_port(pids: list[int], port: int) -> int:
+    """Which of these processes owns the TCP socket bound to 127.0.0.1:`port` (its PostgreSQL connection)."""
+    inodes = {line.split()[9] for table in ("/proc/net/tcp", "/proc/net/tcp6")
+              for line in Path(table).read_text().splitlines()[1:]
+              if int(line.split()[1].rsplit(":", 1)[1], 16) == port}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if any(os.readlink(fd) == f"socket:[{inode}]" for inode in inodes):
+                    return pid
+            except FileNotFoundError:
+                pass
+    raise AssertionError(f"no process of {pids} owns local port {port}")
+
+
+def test_a_request_killed_while_it_waits_leaves_no_key_and_the_retry_executes_at_once(server, api):
     lock = EventTableLock()
     try:
-        with ThreadPoolExecutor(8) as pool:
-            # the original takes the key, then hangs on its event insert past the lock timeout
-            original = pool.submit(_post, server, api, "stale-key-000001")
-            key = _wait_for_key("stale-key-000001")
-            time.sleep(max(0.0, 1.2 - (time.time() - key.locked_at.timestamp())))
-            barrier = threading.Barrier(5)
-
-            def retry():
-                barrier.wait()
-                return _post(server, api, "stale-key-000001")
-
-            retries = [pool.submit(retry) for _ in range(5)]
-            # four are turned away at once; the one that took over hangs on the same lock
-            deadline = time.monotonic() + 10
-            while sum(f.done() for f in retries) < 4 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            done = [f.result() for f in retries if f.done()]
-            assert len(done) == 4 and all(_is_in_progress(r) for r in done)
-            assert not original.done()
+        with ThreadPoolExecutor(1) as pool:
+            doomed = pool.submit(_post, server, api, "killed-key-00001")
+            ((backend, port),) = _wait_until_blocked()
+            # the gunicorn worker serving it dies while its statement waits on the locked table
+            worker = _pid_owning_local_port(_children(server.popen.pid), port)
+            os.kill(worker, signal.SIGKILL)
+            with pytest.raises(requests.ConnectionError):
+                doomed.result(timeout=10)
+            # the client retries at once, with the same key, while the table is still locked: it executes
+            # (its statement then waits on the same lock as the first did)
+            started = time.monotonic()
+            retry = pool.submit(_post, server, api, "killed-key-00001")
+            wait_until(lambda: any(pid != backend for pid, _ in _blocked_backends()) or retry.done(), timeout=10,
+                       message="the retry executing")
+            elapsed = time.monotonic() - started
+            assert not retry.done(), retry.result().content  # not answered 409 in progress: it is executing
             lock.release()
             lock = None
-            winner_response = next(f for f in retries if not f.done() or f.result() not in done).result(timeout=10)
-            original_response = original.result(timeout=10)
+            answer = retry.result(timeout=10)
     finally:
         if lock:
             lock.release()
-    assert winner_response.status_code == 202
-    # the original lost its lock: it cannot complete, and its work rolled back
-    assert _is_in_progress(original_response)
-    assert list(Event.objects.values_list("id", flat=True)) == [winner_response.json()["id"]]
-    assert _is_replay_of(_post(server, api, "stale-key-000001"), winner_response)
+    assert elapsed < 1.0
+    assert answer.status_code == 202 and "Idempotent-Replay" not in answer.headers
+    assert list(Event.objects.values_list("id", flat=True)) == [answer.json()["id"]]
+    assert _is_replay_of(_post(server, api, "killed-key-00001"), answer)
 
 
 class KeyRowLock:
-    """Hold the row lock of one idempotency key from another connection, as the transaction that
-    completes it does between its UPDATE and its COMMIT (the view's work can take that long)."""
+    """Hold the row lock of one stored idempotency key from another connection (as a prune, or anything
+    else writing the row, would)."""
 
     def __init__(self, key):
-        params = connection.get_connection_params()
-        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                                    user=params.get("user"))
+        self.conn = _connect()
         self.conn.execute("SELECT 1 FROM intake_idempotencykey WHERE key = %s FOR UPDATE", [key])
 
     def release(self):
@@ -184,28 +221,3 @@ def test_replays_are_reads_and_never_wait_for_the_key_row(server, api):
     assert all(_is_replay_of(r, first) for r in replays)
     assert elapsed < 2.0, f"20 replays took {elapsed:.2f} s behind a row lock"
     assert Event.objects.count() == 1
-
-
-def test_a_retry_while_the_original_completes_gets_409_at_once(server, api):
-    lock = EventTableLock()
-    key_lock = None
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(_post, server, api, "done-key-0000001")
-            _wait_for_key("done-key-0000001")
-            key_lock = KeyRowLock("done-key-0000001")  # as if the original were completing it now
-            started = time.monotonic()
-            retry = _post(server, api, "done-key-0000001")
-            elapsed = time.monotonic() - started
-            key_lock.release()
-            key_lock = None
-            lock.release()
-            lock = None
-            first = slow.result(timeout=10)
-    finally:
-        for held in (key_lock, lock):
-            if held:
-                held.release()
-    assert _is_in_progress(retry) and elapsed < 1.0, (retry.status_code, elapsed)
-    assert first.status_code == 202
-    assert _is_replay_of(_post(server, api, "done-key-0000001"), first)

@@ -16,8 +16,8 @@ def _keys(credential, count, *, expired):
     expires = now - timedelta(seconds=1) if expired else now + timedelta(hours=1)
     IdempotencyKey.objects.bulk_create([
         IdempotencyKey(credential=credential, key=f"{'old' if expired else 'new'}-{n:06d}", fingerprint="f" * 64,
-                       method="POST", path="/api/v1/events", status="completed", lock_token="0" * 32,
-                       locked_at=now, created_at=now, expires_at=expires)
+                       method="POST", path="/api/v1/events", response_status=202, response_headers=[],
+                       response_body=b"{}", created_at=now, expires_at=expires)
         for n in range(count)])
 
 

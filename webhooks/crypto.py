@@ -1,4 +1,5 @@
-"""Endpoint signing secrets encrypted at rest (Fernet: AES-128-CBC with an HMAC-SHA256 tag).
+"""Secrets encrypted at rest (Fernet: AES-128-CBC with an HMAC-SHA256 tag): endpoint signing secrets,
+and the stored idempotent answers that carry a secret (intake/idempotency/store.py).
 
 HERALD_ENCRYPTION_KEYS lists Fernet keys: the first encrypts, every one decrypts, so a key is
 rotated by putting a new one first, running `manage.py reencrypt_secrets` (every stored secret is
@@ -16,7 +17,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["InvalidToken", "decrypt", "encrypt", "generate_key", "keys", "reencrypt"]
+__all__ = ["InvalidToken", "decrypt", "decrypt_bytes", "encrypt", "encrypt_bytes", "generate_key", "keys", "reencrypt",
+           "reencrypt_bytes"]
 
 
 def generate_key() -> str:
@@ -67,3 +69,18 @@ def _decrypt(configured: tuple[str, ...], token: str) -> str:
 def reencrypt(token: str) -> str:
     """`token` encrypted under the first key (MultiFernet.rotate); InvalidToken if no key opens it."""
     return _current().rotate(token.encode("ascii")).decode("ascii")
+
+
+def encrypt_bytes(plaintext: bytes) -> bytes:
+    """`plaintext` as a Fernet token (ASCII bytes), under the first key."""
+    return _current().encrypt(plaintext)
+
+
+def decrypt_bytes(token: bytes) -> bytes:
+    """What `encrypt_bytes` encrypted; InvalidToken if no configured key opens it."""
+    return _current().decrypt(token)
+
+
+def reencrypt_bytes(token: bytes) -> bytes:
+    """`token` encrypted under the first key; InvalidToken if no key opens it."""
+    return _current().rotate(token)

@@ -1,8 +1,9 @@
 """Applies the idempotency contract to every POST and PATCH under /api/v1/, so no view can forget it.
 
 It sits innermost in MIDDLEWARE and wraps the view call itself: authentication first (the
-credential is the scope), then the key and body checks, then one statement to acquire the key,
-then the view's work and the key's completion in one transaction.
+credential is the scope), then the key and body checks, then one read of the key (a replay ends
+there), then one transaction that claims the key (an advisory lock), runs the view and stores its
+answer with the work: one commit per first execution (intake/idempotency/store.py).
 """
 import hashlib
 import logging
@@ -33,7 +34,7 @@ RETRY_AFTER_SECONDS = 2
 
 
 class _Release(Exception):
-    """The view answered 5xx: roll its work back and forget the key."""
+    """The view answered 5xx: roll its work back; the key stays free."""
 
     def __init__(self, response: HttpResponse):
         self.response = response
@@ -59,19 +60,29 @@ class IdempotencyMiddleware:
         rejected = self._reject(request)
         if rejected is not None:
             return rejected, "rejected"
-        credential, key, body = request.herald_credential, request.herald_key, request.herald_body
-        fingerprint = request_fingerprint(
-            method=request.method, path=request.path, query_string=request.META.get("QUERY_STRING", ""),
-            body=body.raw, parsed_body=body.value, body_is_json=body.is_json,
-        )
-        outcome = store.key_acquire(
-            credential_id=credential.id, key=key, fingerprint=fingerprint, method=request.method,
-            path=request.path, retention_seconds=settings.IDEMPOTENCY_RETENTION_SECONDS,
-            lock_timeout_seconds=settings.IDEMPOTENCY_LOCK_TIMEOUT_SECONDS,
-        )
-        if isinstance(outcome, store.Existing):
-            return self._answer_existing(request, credential.id, key, fingerprint, outcome)
-        return self._execute(request, outcome)
+        body = request.herald_body
+        key = store.Key(credential_id=request.herald_credential.id, key=request.herald_key,
+                        fingerprint=request_fingerprint(
+                            method=request.method, path=request.path,
+                            query_string=request.META.get("QUERY_STRING", ""), body=body.raw,
+                            parsed_body=body.value, body_is_json=body.is_json))
+        # Each turn reads what committed before it; another turn follows only a race lost to a request
+        # with the same key that finished (answered from its row) or died (this one executes).
+        for _ in range(3):
+            existing = store.key_read(key)
+            if existing is not None and not existing.expired:
+                return self._answer_existing(request, key, existing)
+            try:
+                return self._execute(request, key, replace_expired=existing is not None)
+            except store.KeyBusy:
+                held = store.key_busy(key)
+                if isinstance(held, store.Existing):
+                    return self._answer_existing(request, key, held)
+                if held is not None:
+                    return self._answer_busy(request, key, held)
+            except store.KeyTaken:
+                pass
+        return self._answer_busy(request, key, store.Busy(same_request=True))
 
     def _reject(self, request: HttpRequest) -> HttpResponse | None:
         """Checks before any key is taken; a rejection here is never stored."""
@@ -100,64 +111,71 @@ class IdempotencyMiddleware:
         request.herald_body = body
         return None
 
-    def _execute(self, request: HttpRequest, acquired: store.Acquired) -> tuple[HttpResponse, str]:
+    def _execute(self, request: HttpRequest, key: store.Key, replace_expired: bool) -> tuple[HttpResponse, str]:
+        """Claim the key, run the view and store its answer, in one transaction with one commit."""
+        rolled_back = None
         try:
-            with transaction.atomic():
+            with store.key_transaction():
+                finished = store.key_claim(key)
+                if finished is not None:  # the request holding the key committed while this one waited
+                    return self._answer_existing(request, key, finished)
                 response = self.get_response(request)
                 if response.status_code >= 500 or response.streaming:
                     raise _Release(response)
-                stored = _stored_response(response)
-                # A DRF error answer marks the transaction for rollback: its work is discarded when
-                # the block exits, and the key is completed just after, outside it.
-                view_rolled_back = transaction.get_rollback()
-                if not view_rolled_back:
-                    store.key_complete(acquired=acquired, **stored)
-            if view_rolled_back:
-                store.key_complete(acquired=acquired, **stored)
+                stored = {"method": request.method, "path": request.path, "replace_expired": replace_expired,
+                          "retention_seconds": settings.IDEMPOTENCY_RETENTION_SECONDS, **_stored_response(response)}
+                if response.status_code >= 400 or transaction.get_rollback():
+                    # A 4xx is stored, its work is not: roll back, then store the answer alone below.
+                    transaction.set_rollback(True)
+                    rolled_back = stored
+                else:
+                    store.key_store(key, commit=True, **stored)  # the last statement, with the COMMIT
+            if rolled_back is not None:
+                store.key_store(key, commit=False, **{**rolled_back, "replace_expired": True})
         except _Release as release:
-            _release_quietly(acquired)
             return release.response, "released"
-        except store.LockLost:
-            logger.warning("idempotency.lock_lost", extra={"method": request.method, "path": request.path})
-            return _in_progress(), "in_progress"
+        except (store.KeyBusy, store.KeyTaken):
+            raise
         except BaseException:
-            _release_quietly(acquired)
             intake_requests.labels("released").inc()
             raise
         return response, "executed"
 
-    def _answer_existing(self, request, credential_id, key, fingerprint,
+    def _answer_existing(self, request: HttpRequest, key: store.Key,
                          existing: store.Existing) -> tuple[HttpResponse, str]:
-        if existing.fingerprint != fingerprint:
-            outcome, response = "mismatch", problem_response(
-                status_code=settings.IDEMPOTENCY_MISMATCH_STATUS, code="idempotency_key_reused",
-                detail="This Idempotency-Key was used with a different request (method, path, query or body).")
-        elif existing.status != "completed":
-            outcome, response = "in_progress", _in_progress()
+        if existing.fingerprint != key.fingerprint:
+            outcome, response = "mismatch", _mismatch()
         else:
             outcome, response = "replayed", _replay(existing)
-        logger.info(f"idempotency.{outcome}", extra={
-            "outcome": outcome,
-            "credential": credential_id,
-            "method": request.method,
-            "path": request.path,
-            "key_sha256": hashlib.sha256(key.encode()).hexdigest()[:16],
-            "original_status": existing.response_status,
-            "age_seconds": round((timezone.now() - existing.created_at).total_seconds(), 3),
-        })
+        _log(outcome, request, key, original_status=existing.response_status, created_at=existing.created_at)
+        return response, outcome
+
+    def _answer_busy(self, request: HttpRequest, key: store.Key, busy: store.Busy) -> tuple[HttpResponse, str]:
+        outcome, response = ("in_progress", _in_progress()) if busy.same_request else ("mismatch", _mismatch())
+        _log(outcome, request, key, original_status=None, created_at=None)
         return response, outcome
 
 
-def _release_quietly(acquired: store.Acquired) -> None:
-    try:
-        store.key_release(acquired=acquired)
-    except Exception:  # the database may be what failed; the key then expires by the lock timeout
-        logger.exception("idempotency.release_failed", extra={"key_id": acquired.id})
+def _log(outcome: str, request: HttpRequest, key: store.Key, *, original_status: int | None,
+         created_at) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    logger.info(f"idempotency.{outcome}", extra={
+        "outcome": outcome,
+        "credential": key.credential_id,
+        "method": request.method,
+        "path": request.path,
+        "key_sha256": hashlib.sha256(key.key.encode()).hexdigest()[:16],
+        "original_status": original_status,
+        "age_seconds": None if created_at is None else round((timezone.now() - created_at).total_seconds(), 3),
+    })
 
 
 def _stored_response(response: HttpResponse) -> dict:
+    """What is stored of an answer; encrypted at rest when its view marked it `carries_secret`."""
     headers = [[name, value] for name, value in response.items() if name.lower() not in STRIPPED_HEADERS]
-    return {"status": response.status_code, "headers": headers, "body": bytes(response.content)}
+    return {"status": response.status_code, "headers": headers, "body": bytes(response.content),
+            "encrypt": bool(getattr(response, "carries_secret", False))}
 
 
 def _replay(existing: store.Existing) -> HttpResponse:
@@ -167,6 +185,12 @@ def _replay(existing: store.Existing) -> HttpResponse:
         response[name] = value
     response["Idempotent-Replay"] = "true"
     return response
+
+
+def _mismatch() -> HttpResponse:
+    return problem_response(
+        status_code=settings.IDEMPOTENCY_MISMATCH_STATUS, code="idempotency_key_reused",
+        detail="This Idempotency-Key was used with a different request (method, path, query or body).")
 
 
 def _in_progress() -> HttpResponse:

@@ -1,134 +1,232 @@
-"""PostgreSQL storage of idempotency keys: read or acquire, complete with fencing, release."""
+"""PostgreSQL storage of idempotency keys: read, claim, store (SPEC §3).
+
+A key row exists only once the request that first used it has committed: the row is written by the
+last statement of the request's own transaction, with the answer, so the key, the work and the
+stored answer commit together. While a request runs, the key is held by a transaction-scoped
+advisory lock, not by a row: it ends with the transaction whatever happens (commit, rollback, the
+process killed), so nothing is ever left `in_progress` for a retry to wait out.
+
+Two advisory locks per running request, both in PostgreSQL's two-int4 key space (which nothing else
+of Herald's uses; beat's lock is a single int8) and both taken by one statement:
+  - the key's own (credential, key): of several requests with one key exactly one gets it;
+  - (credential, key, fingerprint): its only use is to let a concurrent request with the same key
+    tell a duplicate of the running request (409 in progress) from a different request reusing the
+    key (mismatch) before any row exists (the fingerprint is compared first, SPEC §3).
+"""
+from __future__ import annotations
+
+import hashlib
 import json
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import IntegrityError, OperationalError, connection, transaction
 
 from intake.models import IdempotencyKey
+from webhooks import crypto
 
 _TABLE = IdempotencyKey._meta.db_table
 
-# A replay is a plain read: the INSERT below inserts nothing when the row exists, so it takes no row
-# lock, no transaction id and writes no WAL, and replays of one key never queue behind each other or
-# behind the request completing it. A new key is inserted in the same round trip; of several
-# concurrent first requests exactly one gets `acquired`. The row read is live unless it has expired,
-# or it is a stale in_progress one (its request died) that this same request may take over.
-_ACQUIRE_SQL = f"""
-WITH existing AS (
-    SELECT id, fingerprint, status, response_status, response_headers, response_body, created_at,
-           expires_at <= now()
-           OR (status = 'in_progress' AND fingerprint = %(fingerprint)s
-               AND locked_at <= now() - make_interval(secs => %(lock_timeout)s)) AS takeover
-      FROM {_TABLE}
-     WHERE credential_id = %(credential)s AND key = %(key)s
-), acquired AS (
-    INSERT INTO {_TABLE}
-        (credential_id, key, fingerprint, method, path, status, lock_token, locked_at, created_at, expires_at)
-    SELECT %(credential)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, 'in_progress', %(token)s,
-           now(), now(), now() + make_interval(secs => %(retention)s)
-     WHERE NOT EXISTS (SELECT 1 FROM existing)
-    ON CONFLICT (credential_id, key) DO NOTHING
-    RETURNING id
-)
-SELECT id, true, NULL, NULL, NULL::smallint, NULL::jsonb, NULL::bytea, NULL::timestamptz, false FROM acquired
-UNION ALL
-SELECT id, false, fingerprint, status, response_status, response_headers, response_body, created_at, takeover
-  FROM existing
+# How long a request whose key another request holds waits for it before answering 409: a holder that
+# finishes meanwhile (most take a few milliseconds) is answered by its replay, and one whose process
+# died (PostgreSQL notices within the web connections' client_connection_check_interval) lets the
+# retry execute.
+BUSY_WAIT_MS = 25
+
+# A replay, a mismatch: one read, outside any transaction (no BEGIN, no COMMIT, no lock, no WAL). An
+# expired row is read too, only so that the request's store knows to replace it (it is treated as new).
+_READ_SQL = f"""
+SELECT fingerprint, response_status, response_headers, response_body, response_encrypted, created_at,
+       expires_at <= now()
+  FROM {_TABLE} WHERE credential_id = %s AND key = %s
 """
-# An expired or stale key is taken over by one conditional UPDATE, which re-checks the condition on
-# the row's latest version: of several requests taking over the same row, exactly one wins.
-_TAKEOVER_SQL = f"""
-UPDATE {_TABLE} SET
-    fingerprint = %(fingerprint)s, method = %(method)s, path = %(path)s, status = 'in_progress',
-    lock_token = %(token)s, locked_at = now(), created_at = now(),
-    expires_at = now() + make_interval(secs => %(retention)s),
-    response_status = NULL, response_headers = NULL, response_body = NULL
- WHERE id = %(id)s
-   AND (expires_at <= now()
-        OR (status = 'in_progress' AND fingerprint = %(fingerprint)s
-            AND locked_at <= now() - make_interval(secs => %(lock_timeout)s)))
-RETURNING id
+# The first statement of the request's transaction. CASE fixes the order: the fingerprint's lock is
+# taken only by the key's holder.
+_CLAIM_SQL = """
+SELECT CASE WHEN pg_try_advisory_xact_lock(%s, %s) THEN pg_try_advisory_xact_lock(%s, %s) IS NOT NULL
+            ELSE false END
+"""
+# The key is busy: wait up to BUSY_WAIT_MS for it (lock_timeout, set for this statement's wait only).
+_WAIT_SQL = """
+SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s, %s)
+"""
+_AFTER_WAIT_SQL = "SELECT set_config('lock_timeout', %s, true), pg_try_advisory_xact_lock(%s, %s)"
+# Whether a lock of the two-int4 space is held by another session (advisory locks are per database).
+_HELD_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_locks
+                WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND pid <> pg_backend_pid()
+                  AND classid = (%s::int4)::oid AND objid = (%s::int4)::oid
+                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+"""
+# The last statement of the request's transaction, sent with its COMMIT in one round trip (one query
+# string, PostgreSQL's simple protocol: a statement that fails skips the rest, COMMIT included). A live
+# row under the key means another request stored it after our read (it committed between our read and
+# our lock): the INSERT fails on the unique index and the transaction rolls back. An expired one (the
+# read saw it) is deleted first: an expired key is treated as new.
+_DELETE_EXPIRED_SQL = f"DELETE FROM {_TABLE} WHERE credential_id = %(credential)s AND key = %(key)s AND expires_at <= now();"
+_INSERT_SQL = f"""
+INSERT INTO {_TABLE} (credential_id, key, fingerprint, method, path, response_status, response_headers,
+                      response_body, response_encrypted, created_at, expires_at)
+VALUES (%(credential)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, %(status)s, %(headers)s::jsonb,
+        %(body)s, %(encrypted)s, now(), now() + make_interval(secs => %(retention)s));
 """
 
 
-class LockLost(Exception):
-    """The key was taken over while this request ran; its work must roll back."""
+class KeyBusy(Exception):
+    """Another request holds the key after BUSY_WAIT_MS; the transaction is aborted, roll it back."""
 
 
-@dataclass(frozen=True)
-class Acquired:
-    id: int
-    token: uuid.UUID
+class KeyTaken(Exception):
+    """Another request stored this key first; roll the work back and answer from its row."""
 
 
 @dataclass(frozen=True)
 class Existing:
-    id: int
     fingerprint: str
-    status: str
-    response_status: int | None
-    response_headers: list | None
-    response_body: bytes | None
+    response_status: int
+    response_headers: list
+    response_body: bytes
     created_at: datetime
+    expired: bool = False  # past the retention: the key is new, and its store replaces this row
 
 
-def key_acquire(*, credential_id: int, key: str, fingerprint: str, method: str, path: str,
-                retention_seconds: float, lock_timeout_seconds: float) -> Acquired | Existing:
-    """Take the key for this request, or return the row that holds it (autocommit statements).
+@dataclass(frozen=True)
+class Busy:
+    """Another request with this key is running: with this request's fingerprint, or another one."""
 
-    One statement reads the key and, on a miss, inserts it; an expired or stale row is then taken
-    over by a conditional UPDATE. Losing a race means another request changed the row since the
-    read: read again (each statement sees what committed before it).
-    """
-    token = uuid.uuid4()
-    params = {
-        "credential": credential_id, "key": key, "fingerprint": fingerprint, "method": method, "path": path,
-        "token": token, "retention": retention_seconds, "lock_timeout": lock_timeout_seconds,
-    }
+    same_request: bool
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of one credential and the fingerprint of the request presenting it, with its lock ids."""
+
+    credential_id: int
+    key: str
+    fingerprint: str
+
+    @property
+    def locks(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        digest = hashlib.blake2b(f"{self.credential_id}\n{self.key}".encode(), digest_size=8)
+        own = digest.copy()
+        own.update(b"\n" + self.fingerprint.encode())
+        return _int4_pair(digest.digest()), _int4_pair(own.digest())
+
+
+def _int4_pair(raw: bytes) -> tuple[int, int]:
+    return int.from_bytes(raw[:4], "big", signed=True), int.from_bytes(raw[4:], "big", signed=True)
+
+
+def key_read(key: Key) -> Existing | None:
+    """The stored answer for this key (`expired`: past retention, the key is new), or None."""
     with connection.cursor() as cursor:
-        for _ in range(5):
-            cursor.execute(_ACQUIRE_SQL, params)
-            row = cursor.fetchone()
-            if row is None:
-                # A concurrent request inserted the key after this statement's snapshot was taken:
-                # the INSERT skipped it and the read could not see it; the next statement will.
-                continue
-            if row[1]:
-                return Acquired(id=row[0], token=token)
-            if not row[8]:
-                return _existing(row[:1] + row[2:8])
-            cursor.execute(_TAKEOVER_SQL, {**params, "id": row[0]})
-            won = cursor.fetchone()
-            if won is not None:
-                return Acquired(id=won[0], token=token)
-    raise RuntimeError("could not acquire or read the idempotency key")  # five lost races in a row
-
-
-def _existing(row: tuple) -> Existing:
-    body, headers = row[5], row[4]
+        cursor.execute(_READ_SQL, [key.credential_id, key.key])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    fingerprint, status, headers, body, encrypted, created_at, expired = row
+    if expired:
+        return Existing(fingerprint=fingerprint, response_status=status, response_headers=[], response_body=b"",
+                        created_at=created_at, expired=True)
     if isinstance(headers, str):  # Django registers jsonb to load as text for raw cursors
         headers = json.loads(headers)
-    return Existing(id=row[0], fingerprint=row[1], status=row[2], response_status=row[3],
-                    response_headers=headers, response_body=bytes(body) if body is not None else None,
-                    created_at=row[6])
+    body = bytes(body)
+    return Existing(fingerprint=fingerprint, response_status=status, response_headers=headers,
+                    response_body=crypto.decrypt_bytes(body) if encrypted else body, created_at=created_at)
 
 
-_COMPLETE_SQL = f"""
-UPDATE {_TABLE} SET status = 'completed', response_status = %s, response_headers = %s::jsonb, response_body = %s
- WHERE id = %s AND lock_token = %s AND status = 'in_progress'
+def _live(existing: Existing | None) -> Existing | None:
+    return None if existing is None or existing.expired else existing
+
+
+def key_transaction():
+    """The request's transaction: transaction.atomic(), whose BEGIN Herald's database backend lets the
+    first statement (key_claim's) carry, one round trip fewer (config/db/base.py)."""
+    begun = getattr(connection, "atomic_begun_by_first_statement", None)
+    return begun() if begun is not None else transaction.atomic()
+
+
+def key_claim(key: Key) -> Existing | None:
+    """Hold the key for the rest of the caller's transaction: the first statement in `key_transaction()`.
+
+    None: held, execute. Existing: the request holding it finished while this one waited; answer from
+    its row. KeyBusy: still held by another request after BUSY_WAIT_MS (the transaction is aborted).
+    """
+    (key_a, key_b), (own_a, own_b) = key.locks
+    begin = connection.take_begin() if hasattr(connection, "take_begin") else ""
+    with connection.cursor() as cursor:
+        cursor.execute(begin + _CLAIM_SQL, [key_a, key_b, own_a, own_b])
+        if begin:
+            cursor.nextset()  # past BEGIN's result, to the claim's
+        if cursor.fetchone()[0]:
+            return None
+        try:
+            cursor.execute(_WAIT_SQL, [f"{BUSY_WAIT_MS}ms", key_a, key_b])
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available: lock_timeout
+                raise KeyBusy() from None
+            raise
+        previous = cursor.fetchone()[0]
+        cursor.execute(_AFTER_WAIT_SQL, [previous, own_a, own_b])
+    # A new statement, so a new snapshot: it sees what the holder committed before letting go.
+    return _live(key_read(key))
+
+
+def key_busy(key: Key) -> Busy | Existing | None:
+    """After KeyBusy (outside the aborted transaction): who holds the key. None: nobody any more (look again)."""
+    (key_a, key_b), (own_a, own_b) = key.locks
+    with connection.cursor() as cursor:
+        cursor.execute(_HELD_SQL, [own_a, own_b])
+        if cursor.fetchone()[0]:
+            return Busy(same_request=True)
+    # Each statement below sees what committed before it: a holder commits before its locks go.
+    existing = _live(key_read(key))
+    if existing is not None:
+        return existing
+    with connection.cursor() as cursor:
+        cursor.execute(_HELD_SQL, [key_a, key_b])
+        if cursor.fetchone()[0]:
+            return Busy(same_request=False)
+    return None
+
+
+def key_store(key: Key, *, method: str, path: str, status: int, headers: list[list[str]], body: bytes,
+              encrypt: bool, retention_seconds: float, replace_expired: bool, commit: bool) -> None:
+    """Store the answer under the key: as the last statement of the request's transaction, with its
+    COMMIT (`commit`), or alone after a 4xx's rollback. KeyTaken if another request stored it first
+    (the transaction is then aborted: roll it back). `replace_expired`: the read saw an expired row."""
+    sql = (_DELETE_EXPIRED_SQL if replace_expired else "") + _INSERT_SQL + ("COMMIT;" if commit else "")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {
+                "credential": key.credential_id, "key": key.key, "fingerprint": key.fingerprint, "method": method,
+                "path": path, "status": status, "headers": json.dumps(headers),
+                "body": crypto.encrypt_bytes(body) if encrypt else body, "encrypted": encrypt,
+                "retention": retention_seconds,
+            })
+    except IntegrityError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "23505":  # unique_violation: (credential, key)
+            raise KeyTaken() from None
+        raise
+
+
+_REENCRYPT_SQL = f"""
+SELECT id, response_body FROM {_TABLE} WHERE response_encrypted AND id > %s ORDER BY id LIMIT %s FOR UPDATE
 """
 
 
-def key_complete(*, acquired: Acquired, status: int, headers: list[list[str]], body: bytes) -> None:
-    """Store the response; raise LockLost if another request has taken the key over (fencing)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [status, json.dumps(headers), body, acquired.id, acquired.token])
-        if cursor.rowcount != 1:
-            raise LockLost()
-
-
-def key_release(*, acquired: Acquired) -> None:
-    """Forget the key so that the client's retry executes afresh (after a 5xx or an exception)."""
-    IdempotencyKey.objects.filter(id=acquired.id, lock_token=acquired.token).delete()
+def keys_reencrypt(*, batch_size: int) -> int:
+    """Re-encrypt every encrypted stored answer under the first HERALD_ENCRYPTION_KEYS key, batch by
+    batch (each its own transaction); the number re-encrypted. crypto.InvalidToken if no key opens one."""
+    done = last = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_REENCRYPT_SQL, [last, batch_size])
+            rows = cursor.fetchall()
+            if rows:
+                cursor.executemany(f"UPDATE {_TABLE} SET response_body = %s WHERE id = %s",
+                                   [(crypto.reencrypt_bytes(bytes(body)), row_id) for row_id, body in rows])
+        done += len(rows)
+        if len(rows) < batch_size:
+            return done
+        last = rows[-1][0]

@@ -1,4 +1,5 @@
 """Event intake: record the event, fan it out to matching endpoints, ring the relays' doorbell after commit."""
+import json
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,18 +23,24 @@ from webhooks.publishing import publisher
 # longer one never meet, and ranks up to 10^10 fit the 40-character id. An operational event (`herald.…`, SPEC §8) goes only to
 # endpoints whose `event_types` name it, whatever their channels; a test event (herald.test) only to the
 # endpoint it was sent to.
+#
+# The two lists travel as JSON arrays, turned into arrays by PostgreSQL: psycopg's Python list adapter
+# cost about 5 % of an intake request's CPU.
 _INGEST_SQL = f"""
-WITH event AS (
+WITH lists AS (
+    SELECT ARRAY(SELECT jsonb_array_elements_text(%(channels)s::jsonb))::varchar[] AS channels,
+           ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb))::varchar[] AS patterns
+), event AS (
     INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, created_at)
-    VALUES (%(event_id)s, %(tenant)s, %(type)s, %(channels)s::varchar[], %(payload)s, %(request_id)s, %(now)s)
+    SELECT %(event_id)s, %(tenant)s, %(type)s, lists.channels, %(payload)s, %(request_id)s, %(now)s FROM lists
     RETURNING id
 ), matched AS (
-    SELECT id, row_number() OVER (ORDER BY id) AS rank
-      FROM {Endpoint._meta.db_table}
-     WHERE tenant_id = %(tenant)s AND enabled AND deleted_at IS NULL
-       AND CASE WHEN %(only)s::varchar IS NOT NULL THEN id = %(only)s
-                ELSE ((event_types = '{{}}' AND NOT %(reserved)s) OR event_types && %(patterns)s::varchar[])
-                     AND (channels = '{{}}' OR channels && %(channels)s::varchar[] OR %(reserved)s) END
+    SELECT e.id, row_number() OVER (ORDER BY e.id) AS rank
+      FROM {Endpoint._meta.db_table} e, lists
+     WHERE e.tenant_id = %(tenant)s AND e.enabled AND e.deleted_at IS NULL
+       AND CASE WHEN %(only)s::varchar IS NOT NULL THEN e.id = %(only)s
+                ELSE ((e.event_types = '{{}}' AND NOT %(reserved)s) OR e.event_types && lists.patterns)
+                     AND (e.channels = '{{}}' OR e.channels && lists.channels OR %(reserved)s) END
 ), deliveries AS (
     INSERT INTO {Delivery._meta.db_table}
         (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
@@ -66,8 +73,9 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     with connection.cursor() as cursor:
         cursor.execute(_INGEST_SQL, {
             "event_id": event.id, "tenant": tenant.pk, "type": event_type,
-            "channels": channels, "payload": event.payload, "request_id": event.request_id, "now": created_at,
-            "patterns": matching_patterns(event_type), "reserved": is_reserved(event_type), "only": only_endpoint_id,
+            "channels": json.dumps(channels), "payload": event.payload, "request_id": event.request_id,
+            "now": created_at, "patterns": json.dumps(matching_patterns(event_type)),
+            "reserved": is_reserved(event_type), "only": only_endpoint_id,
             "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
         })
         rows = cursor.fetchall()

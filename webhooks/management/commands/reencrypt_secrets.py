@@ -1,10 +1,12 @@
 """`manage.py reencrypt_secrets`: every stored endpoint secret re-encrypted under the first key of
-HERALD_ENCRYPTION_KEYS; `--new-key` prints a fresh key to put first. See webhooks/crypto.py.
+HERALD_ENCRYPTION_KEYS, and what other apps keep encrypted (an app config's `reencrypt_secrets`, e.g.
+intake's stored idempotent answers); `--new-key` prints a fresh key to put first. See webhooks/crypto.py.
 
 Rotation: prepend a new key (`HERALD_ENCRYPTION_KEYS=new,old`) on every process, run this once, then
 drop the old key. Run it as well when you first set HERALD_ENCRYPTION_KEYS on an installation that
 used the key derived from SECRET_KEY (list that key too: `--derived-key` prints it).
 """
+from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
@@ -42,3 +44,11 @@ class Command(BaseCommand):
                 break
             last = rows[-1].pk
         self.stdout.write(f"re-encrypted {done} secrets under the first key")
+        for app in apps.get_app_configs():
+            if hasattr(app, "reencrypt_secrets"):
+                try:
+                    count, what = app.reencrypt_secrets(batch_size=batch)
+                except crypto.InvalidToken:
+                    raise CommandError(f"no key in HERALD_ENCRYPTION_KEYS opens one of {app.label}'s encrypted "
+                                       "rows; the rows before it were re-encrypted") from None
+                self.stdout.write(f"re-encrypted {count} {what} under the first key")

@@ -1,0 +1,1 @@
+"""Herald's PostgreSQL database backend (config/db/base.py)."""
