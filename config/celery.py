@@ -89,8 +89,20 @@ def _share_database_connections(sender=None, **kwargs) -> None:
         "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
     from webhooks import engine, relay
 
-    engine.start(concurrency=sender.concurrency or settings.WEBHOOK_WORKER_CONCURRENCY)
+    _allow_descriptors(settings.WEBHOOK_WORKER_CONCURRENCY)
+    engine.start(concurrency=settings.WEBHOOK_WORKER_CONCURRENCY)
     relay.start()
+
+
+def _allow_descriptors(in_flight: int) -> None:
+    """A connection per attempt in flight, and some for PostgreSQL, the broker and the logs: raise the soft
+    limit on open files towards the hard one (often 1024 soft, far more hard) when it is too low."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = in_flight + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
 
 
 @signals.worker_shutdown.connect

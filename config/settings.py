@@ -242,7 +242,8 @@ WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", Fals
 ENDPOINT_DNS_TIMEOUT_SECONDS = env_float("ENDPOINT_DNS_TIMEOUT_SECONDS", 2)
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
 
-WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 100)
+# Attempts in flight per worker process: the capacity of its delivery engine (webhooks/engine.py).
+WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 1000)
 WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env_int("WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", 10)
 WEBHOOK_BREAKER_FAILURES = env_int("WEBHOOK_BREAKER_FAILURES", 5)
 WEBHOOK_BREAKER_COOLDOWN_SECONDS = env_float("WEBHOOK_BREAKER_COOLDOWN_SECONDS", 30)
@@ -327,12 +328,13 @@ WEBHOOK_WORKER_HEARTBEAT_SECONDS = env_float("WEBHOOK_WORKER_HEARTBEAT_SECONDS",
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"
 
-# `celery -A config worker` with no flags: one process whose threads keep WEBHOOK_WORKER_CONCURRENCY
-# attempts in flight. An attempt spends its life waiting on the network with the GIL released
-# (libcurl), so threads overlap those waits at a fraction of prefork's memory; the README has the
-# measured comparison with prefork and gevent. `-P`/`-c` on the command line still override both.
+# `celery -A config worker` with no flags: one process, 100 threads that take messages and hand their ids
+# to the engine, which keeps WEBHOOK_WORKER_CONCURRENCY attempts in flight on libcurl's multi interface (a
+# thread waits only while the engine is full). Eight threads instead of 100 cost a third of the rate at an
+# endpoint's default cap (bench, delivery: 326-394/s against 934-997/s), not yet explained; idle threads cost
+# little. docs/design.md has the comparison with prefork and gevent. `-c` on the command line sets the threads.
 CELERY_WORKER_POOL = "threads"
-CELERY_WORKER_CONCURRENCY = WEBHOOK_WORKER_CONCURRENCY
+CELERY_WORKER_CONCURRENCY = 100
 
 # Durability lives in PostgreSQL, not in the broker: a task is only a nudge to look at a row. It is
 # acknowledged when the worker takes it (early), so no acknowledgement is left pending on a broker

@@ -33,13 +33,15 @@ class Process(processes.Process):
 
 
 def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None, **env) -> Process:
-    """`celery -A config worker` as the README runs it (threads, WEBHOOK_WORKER_CONCURRENCY), unless the
-    test asks for another `concurrency` (None: the configured one) or `pool`."""
+    """`celery -A config worker` as the README runs it, unless the test asks for another `concurrency`
+    (attempts in flight: WEBHOOK_WORKER_CONCURRENCY, and as many threads up to the default 100; None: the
+    configured ones) or `pool`."""
     argv = processes.celery_worker_argv(name, "--without-gossip", "--without-mingle", "--without-heartbeat")
     if pool:
         argv += ["--pool", pool]
     if concurrency:
-        argv += ["--concurrency", str(concurrency)]
+        argv += ["--concurrency", str(min(concurrency, 100) if pool in (None, "threads") else concurrency)]
+        env.setdefault("WEBHOOK_WORKER_CONCURRENCY", concurrency)
     return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
 
 

@@ -80,7 +80,7 @@ class Receiver:
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
-            request_queue_size = 256  # a worker opens up to 100 connections at once
+            request_queue_size = 1024  # a worker opens hundreds of connections at once
 
             def handle_error(self, request, client_address):
                 pass  # a client giving up on a slow answer is part of the tests

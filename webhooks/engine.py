@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import select
+import selectors
 import socket
 import threading
 import time
@@ -49,6 +49,14 @@ class Engine:
     def __init__(self, *, concurrency: int) -> None:
         self.concurrency = concurrency
         self._multi = pycurl.CurlMulti()
+        # libcurl tells us which sockets to watch (and when to call it back) instead of handing over every
+        # socket each turn: select() stops at descriptor 1024, and a thousand attempts in flight need more.
+        self._selector = selectors.DefaultSelector()
+        self._watched: dict[int, int] = {}  # socket -> the selectors events watched on it
+        self._ready: dict[int, int] = {}  # socket -> libcurl's CSELECT bits, ready since the last turn
+        self._timeout_at: float | None = None  # when libcurl wants to be called back (time.monotonic())
+        self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
+        self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
         self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime]] = {}
         self._submitted: deque[str] = deque()
@@ -59,6 +67,7 @@ class Engine:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
         self._thread.start()
 
@@ -111,8 +120,7 @@ class Engine:
         if batch:
             self._start(batch)
         self._wake_due_endpoints()
-        while self._multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-            pass
+        self._drive()
         finished = []
         while True:
             queued, ok, failed = self._multi.info_read()
@@ -124,22 +132,59 @@ class Engine:
         connections.close_all()  # a connection this turn used goes back to the pool (or is closed: no pool)
         self._wait()
 
+    # libcurl's multi_socket interface: it names the sockets and the timeout it needs; we wait on them
+    # with the platform's selector (epoll here) and tell it which are ready.
+
+    def _on_socket(self, what: int, sock: int, multi, socketp) -> None:
+        events = {pycurl.POLL_IN: selectors.EVENT_READ, pycurl.POLL_OUT: selectors.EVENT_WRITE,
+                  pycurl.POLL_INOUT: selectors.EVENT_READ | selectors.EVENT_WRITE}.get(what, 0)
+        watched = self._watched.get(sock)
+        if not events:  # POLL_REMOVE: libcurl is done with it (it may close it next)
+            if watched is not None:
+                del self._watched[sock]
+                try:
+                    self._selector.unregister(sock)
+                except (KeyError, ValueError, OSError):
+                    pass
+            return
+        if watched is None:
+            self._selector.register(sock, events)
+        elif watched != events:
+            self._selector.modify(sock, events)
+        self._watched[sock] = events
+
+    def _on_timer(self, timeout_ms: int) -> None:
+        self._timeout_at = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+
+    def _drive(self) -> None:
+        """Let libcurl act on the sockets that became ready and on its timeout, if due."""
+        ready, self._ready = self._ready, {}
+        for sock, bits in ready.items():
+            self._multi.socket_action(sock, bits)
+        if self._timeout_at is not None and self._timeout_at <= time.monotonic():
+            self._timeout_at = None
+            self._multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+
     def _wait(self) -> None:
-        timeout_ms = self._multi.timeout()
-        timeout = 1.0 if timeout_ms < 0 else min(timeout_ms / 1000, 1.0)
+        timeout = 1.0
+        if self._timeout_at is not None:
+            timeout = min(timeout, max(0.0, self._timeout_at - time.monotonic()))
         if self._wakes:
             timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
         with self._changed:
             if self._submitted:  # handed on by this very thread (a record, a wake): claim them at once
                 timeout = 0.0
-        read, write, error = self._multi.fdset()
-        ready, _, _ = select.select(read + [self._wake_r], write, error, timeout)
-        if self._wake_r in ready:
-            try:
-                while self._wake_r.recv(4096):
+        for key, events in self._selector.select(timeout):
+            if key.fileobj is self._wake_r:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
+                continue
+            bits = (pycurl.CSELECT_IN if events & selectors.EVENT_READ else 0) | (
+                pycurl.CSELECT_OUT if events & selectors.EVENT_WRITE else 0)
+            self._ready[key.fd] = self._ready.get(key.fd, 0) | bits
 
     def _wake_due_endpoints(self) -> None:
         now = time.monotonic()
