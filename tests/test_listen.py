@@ -191,3 +191,36 @@ def test_an_http_endpoint_or_a_missing_token_is_refused_with_a_sentence(server, 
     done = subprocess.run([str(BIN / "herald"), "listen", "--forward-to", receiver.url()], capture_output=True,
                           text=True, timeout=30, env=env)
     assert done.returncode == 2 and "a token is needed" in done.stderr
+
+
+def test_with_tenant_every_call_goes_under_the_tenants_path(receiver):
+    """A platform credential acts for a tenant through /api/v1/tenants/{tenant}/… (SPEC §10; the platform
+    API is another branch's): a scripted stand-in for Herald records the paths `listen --tenant` calls."""
+    from tests.stub_http import Step, StubServer
+    from webhooks.signing import generate_secret, webhook_headers
+
+    secret = generate_secret()
+    body = b'{"type":"invoice.paid","timestamp":"2026-12-01T00:00:00.000000Z","data":{}}'
+    headers = webhook_headers(secrets=[secret], msg_id="evt_1", timestamp=int(time.time()), body=body,
+                              user_agent="Herald/test")
+    endpoint = {"id": "ep_1", "kind": "poll", "url": None, "event_types": []}
+    page = {"data": [{"delivery_id": "dlv_1", "headers": headers, "body": body.decode()}], "next_cursor": "1"}
+    empty = [Step(200, {"data": [], "next_cursor": "1"}, hang=0.2) for _ in range(100)]
+    stub = StubServer(Step(201, endpoint), Step(200, {"secret": secret}), Step(200, page), *empty)
+    process = Process("listen", [str(BIN / "herald"), "listen", "--api", stub.url, "--token", "hrld_platform",
+                                 "--tenant", "cust:42", "--forward-to", receiver.url("/t")], subprocess_env(),
+                      ready="Forwarding to")
+    try:
+        got = receiver.wait_for(1, "/t")
+        Webhook(secret).verify(got[0].body, got[0].headers)
+        assert stop(process) == 0
+    finally:
+        process.stop()
+        stub.close()
+    paths = [(r.method, r.path.split("?")[0]) for r in stub.requests]
+    prefix = "/api/v1/tenants/cust%3A42/"
+    assert paths[:3] == [("POST", prefix + "endpoints"), ("GET", prefix + "endpoints/ep_1/secret"),
+                         ("GET", prefix + "endpoints/ep_1/messages")]
+    assert paths[-1] == ("DELETE", prefix + "endpoints/ep_1")
+    assert all(path.startswith(prefix) for _, path in paths)
+    assert "after=1" in stub.requests[3].path  # the page was acknowledged by the next read
