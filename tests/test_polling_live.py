@@ -162,3 +162,21 @@ def test_a_lost_listener_connection_delays_a_wake_by_a_second_at_most(caller):
     caller.post("events", {"type": "invoice.paid", "data": {}})
     thread.join(10)
     assert len(out["response"].json()["data"]) == 1 and out["at"] - posted_at < 1.0
+
+
+def test_a_stopping_worker_answers_its_waiting_long_polls_at_once(api):
+    # given a long-poll waiting in a gunicorn of its own
+    process = gunicorn(free_port(), workers=1, threads=1)
+    try:
+        caller = Caller(process.url, api.token)
+        endpoint = caller.post("endpoints", {"kind": "poll"})
+        thread, out = _in_thread(caller.messages, endpoint["id"], wait=25)
+        time.sleep(0.5)
+        # when gunicorn is told to stop, the wait is answered (an empty page), not cut off nor waited out
+        stopped_at = time.monotonic()
+        process.stop()
+        thread.join(15)
+        assert out["response"].status_code == 200 and out["response"].json()["data"] == []
+        assert out["at"] - stopped_at < 3.0
+    finally:
+        process.stop()
