@@ -234,9 +234,12 @@ class BufferedThreadWorker(ThreadWorker):
             self.poller.unregister(conn.sock)
         conn.sock.setblocking(True)
         conn.init()
-        conn.herald_raw = bytes(reader.buf)   # kept to run the request again after a long-poll's wait
+        raw = bytes(reader.buf)
+        # A GET is kept, to be run again after a long-poll's wait (config/longpoll.py); nothing else can
+        # wait, and a kept-alive connection must not hold on to a large body it no longer needs.
+        conn.herald_raw = raw if raw.startswith(b"GET ") and len(raw) <= self.max_head else None
         conn.herald_deadline = None
-        conn.parser.unreader.unread(conn.herald_raw)
+        conn.parser.unreader.unread(raw)
         conn.data_ready = True
         super().enqueue_req(conn)
         return True
