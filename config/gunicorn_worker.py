@@ -310,10 +310,10 @@ class BufferedThreadWorker(ThreadWorker):
         self.waiting_by_key: dict = {}  # key -> {conn, ...}
         self.wake_heap: list = []       # (wake_at, seq, conn), stale entries skipped
         self.notified_at: dict = {}     # key -> time.monotonic() of its last NOTIFY
-        self.listener = None
+        self.listener = None            # made at the first long-poll: a worker that never parks one has none
+        self.listener_since = 0.0
         self.listener_retry_at = 0.0
         self._seq = 0
-        self._connect_listener()
         super().run()
 
     def handle(self, conn):
@@ -342,8 +342,12 @@ class BufferedThreadWorker(ThreadWorker):
         super().finish_request(conn, fs)
 
     def _park(self, conn, parked: "Parked") -> None:
+        if self.listener is None and time.monotonic() >= self.listener_retry_at:
+            self._connect_listener()
         now = time.monotonic()
-        if not self.alive or self.notified_at.get(parked.key, -1.0) >= parked.since:
+        # a message may have come between the view's look and now (or before the listener listened)
+        missed = self.notified_at.get(parked.key, -1.0) >= parked.since or self.listener_since >= parked.since
+        if not self.alive or missed:
             # stopping, or a message came between the view's look and now: run it again at once
             conn.herald_deadline = now if not self.alive else parked.deadline
             self._run_again(conn)
@@ -422,7 +426,7 @@ class BufferedThreadWorker(ThreadWorker):
                 self._wake(waiter, waiter.deadline)
             else:
                 self._schedule(waiter, now)   # the listener is back: wait for its NOTIFY
-        if self.listener is None and now >= self.listener_retry_at:
+        if self.listener is None and self.waiting and now >= self.listener_retry_at:
             self._connect_listener()
         if len(self.notified_at) > 10000:
             self.notified_at = {key: at for key, at in self.notified_at.items() if at > now - 60}
@@ -445,6 +449,7 @@ class BufferedThreadWorker(ThreadWorker):
             return
         listener.pgconn.nonblocking = 1
         self.listener = listener
+        self.listener_since = time.monotonic()
         self.listener_fd = listener.fileno()   # a lost connection no longer tells its socket
         self.poller.register(self.listener_fd, selectors.EVENT_READ, self._on_notify)
         for waiter in list(self.waiting.values()):   # anything may have come while it was down

@@ -226,3 +226,37 @@ def test_an_http_endpoint_has_no_messages_and_another_tenants_poll_endpoint_is_n
     assert response.status_code == 400 and response.json()["code"] == "validation_error"
     endpoint = poll_endpoint(api)
     assert other_api.get(f"endpoints/{endpoint['id']}/messages").status_code == 404
+
+
+def test_where_the_worker_cannot_park_a_wait_holds_its_thread_and_only_POLL_THREAD_WAITERS_do(api, settings):
+    """Another WSGI server (here Django's test client): the wait happens on the request's thread,
+    re-reading every POLL_THREAD_RECHECK_SECONDS, and only POLL_THREAD_WAITERS (1) at once; the rest are
+    answered at once."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    settings.POLL_THREAD_RECHECK_SECONDS = 0.1
+    endpoint = poll_endpoint(api)
+    results = {}
+
+    def wait_in_thread(name, wait):
+        started = time.monotonic()
+        try:
+            results[name] = (messages(api, endpoint, wait=wait), time.monotonic() - started)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=wait_in_thread, args=("first", 5))
+    first.start()
+    time.sleep(0.5)
+    wait_in_thread("second", 5)   # the one waiter's place is taken: answered at once, empty
+    assert results["second"][0]["data"] == [] and results["second"][1] < 1.0
+    event = post_events(api, 1)[0]
+    first.join(10)
+    page, elapsed = results["first"]
+    assert [m["headers"]["webhook-id"] for m in page["data"]] == [event["id"]] and elapsed < 2.0
+    started = time.monotonic()
+    assert messages(api, endpoint, after=page["next_cursor"], wait=0.5)["data"] == []
+    assert 0.45 <= time.monotonic() - started < 2.0
