@@ -19,7 +19,7 @@ from config.longpoll import LongPoll
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
-from portal.links import portal_link_url
+from intake.links import portal_link_url
 from webhooks import selectors
 from webhooks.models import Delivery, Endpoint
 from webhooks.services import delivery as delivery_services
