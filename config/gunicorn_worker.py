@@ -235,7 +235,7 @@ class BufferedThreadWorker(ThreadWorker):
         conn.sock.setblocking(True)
         conn.init()
         raw = bytes(reader.buf)
-        # A GET is kept, to be run again after a long-poll's wait (config/longpoll.py); nothing else can
+        # A GET is kept, to be run again after a long-poll's wait (intake/longpoll.py); nothing else can
         # wait, and a kept-alive connection must not hold on to a large body it no longer needs.
         conn.herald_raw = raw if raw.startswith(b"GET ") and len(raw) <= self.max_head else None
         conn.herald_deadline = None
@@ -294,7 +294,7 @@ class BufferedThreadWorker(ThreadWorker):
                 self.nr_conns -= 1
                 waiter.conn.close()
 
-    # --- long-polls (config/longpoll.py) -------------------------------------------------------------
+    # --- long-polls (intake/longpoll.py) -------------------------------------------------------------
     # A request the view parks leaves its thread at once; its connection waits here, in the event loop,
     # until a NOTIFY of its key arrives on the listener (a PostgreSQL connection of this worker's own that
     # LISTENs on POLL_CHANNEL, its socket watched by the same poller) or its deadline passes, and is then
@@ -513,7 +513,7 @@ class ParkingApp:
         self.app = app
 
     def __call__(self, environ, start_response):
-        from config.longpoll import ENVIRON_KEY, LongPoll
+        from intake.longpoll import ENVIRON_KEY, LongPoll
 
         conn = getattr(_current, "conn", None)
         if conn is None or getattr(conn, "herald_raw", None) is None:

@@ -14,8 +14,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.longpoll import ENVIRON_KEY as longpoll_environ_key
-from config.longpoll import LongPoll
+from intake.longpoll import ENVIRON_KEY as longpoll_environ_key
+from intake.longpoll import LongPoll
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
@@ -134,7 +134,7 @@ class EndpointTestView(TenantAPIView):
 class EndpointMessagesView(TenantAPIView):
     """GET: a poll endpoint's next messages (SPEC §12), each with the headers and body a POST would carry;
     `after=C` acknowledges those served up to cursor C. With nothing to serve and `wait`, the answer waits
-    for a message, in gunicorn's event loop rather than on a thread (config/longpoll.py)."""
+    for a message, in gunicorn's event loop rather than on a thread (intake/longpoll.py)."""
 
     @extend_schema(operation_id="endpoints_messages", parameters=[io.MessagesQueryInput],
                    responses=io.MessagePageOutput)
