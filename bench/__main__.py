@@ -858,6 +858,99 @@ class Bench:
             cursor.execute("SELECT now()")
             return cursor.fetchone()[0]
 
+    def longpoll(self):
+        """Polling endpoints (SPEC §12). (1) Intake at c=16 with and without 200 idle long-polls waiting
+        (wait=30, on endpoints of another tenant that the events do not match), alternating rounds: the
+        waits are parked in gunicorn's event loop and must cost intake nothing. (2) How fast a waiting
+        poll wakes (LISTEN/NOTIFY) after the POST that makes its message is answered. (3) What the
+        alternative, a poll loop, would cost: one empty read's time, times the re-reads 200 pollers make."""
+        import socket
+
+        import requests
+        from intake.credentials import credential_create
+        from webhooks.services.endpoints import endpoint_create
+
+        credential, token = credential_create(tenant_name=f"pollers-{uuid.uuid4().hex[:6]}")
+        idle = [endpoint_create(tenant=credential.tenant, kind="poll", event_types=["idle.never"], channels=[]).id
+                for _ in range(20)]
+        host, port = self.web.url.removeprefix("http://").split(":")
+
+        def open_pollers(count: int) -> list[socket.socket]:
+            socks = []
+            for n in range(count):
+                sock = socket.create_connection((host, int(port)))
+                sock.sendall(f"GET /api/v1/endpoints/{idle[n % len(idle)]}/messages?wait=30 HTTP/1.1\r\n"
+                             f"Host: {host}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+                socks.append(sock)
+            time.sleep(1.0)
+            for sock in socks:  # none may have been answered: they wait
+                sock.setblocking(False)
+                try:
+                    assert not sock.recv(1, socket.MSG_PEEK), "an idle long-poll was answered"
+                except BlockingIOError:
+                    pass
+            return socks
+
+        rounds: dict[str, list[dict]] = {"without": [], "with_200_waiting": []}
+        for _ in range(self.rounds):
+            for name in rounds:
+                socks = open_pollers(200) if name != "without" else []
+                rounds[name].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
+                                        path="/api/v1/events", connections=16, seconds=self.seconds))
+                for sock in socks:
+                    sock.close()
+                self.purge_queue()
+        out: dict = {}
+        for name, results in rounds.items():
+            out[name] = {"rps": statistics.median(r["rps"] for r in results),
+                         "p99_ms": statistics.median(r["p99_ms"] for r in results),
+                         "rounds_rps": [round(r["rps"]) for r in results],
+                         "rounds_p99_ms": [round(r["p99_ms"], 1) for r in results],
+                         "errors": sum(r["errors"] + r["non2xx"] for r in results)}
+            print(f"longpoll intake {name:17} {out[name]['rps']:7.0f} req/s p99 {out[name]['p99_ms']:6.1f} ms "
+                  f"rounds {out[name]['rounds_rps']} p99s {out[name]['rounds_p99_ms']}", flush=True)
+        self.cancel_backlog()
+
+        # (2) wake latency: a poll waits, an event for its endpoint is posted; from the 202 to the answer
+        woken = endpoint_create(tenant=credential.tenant, kind="poll", event_types=["wake.test"], channels=[]).id
+        auth = {"Authorization": f"Bearer {token}"}
+        latencies, cursor = [], "0"
+        for n in range(30):
+            box: dict = {}
+
+            def poll():
+                answer = requests.get(f"{self.web.url}/api/v1/endpoints/{woken}/messages", headers=auth,
+                                      params={"after": cursor, "wait": 20}, timeout=40)
+                box["at"] = time.perf_counter()
+                box["page"] = answer.json()
+
+            thread = threading.Thread(target=poll)
+            thread.start()
+            time.sleep(0.3)
+            requests.post(f"{self.web.url}/api/v1/events", json={"type": "wake.test", "data": {"n": n}},
+                          headers={**auth, "Idempotency-Key": uuid.uuid4().hex}, timeout=10).raise_for_status()
+            posted = time.perf_counter()
+            thread.join(30)
+            assert len(box["page"]["data"]) == 1, box
+            cursor = box["page"]["next_cursor"]
+            latencies.append((box["at"] - posted) * 1000)
+        out["wake_ms"] = {"p50": round(statistics.median(latencies), 1), "max": round(max(latencies), 1)}
+
+        # (3) a poll loop instead: the time of one empty read (wait=0), served by the same web process
+        session = requests.Session()
+        session.headers.update(auth)
+        url = f"{self.web.url}/api/v1/endpoints/{idle[0]}/messages"
+        for _ in range(20):
+            session.get(url, timeout=10)
+        started = time.perf_counter()
+        for _ in range(300):
+            session.get(url, timeout=10).raise_for_status()
+        empty_ms = (time.perf_counter() - started) / 300 * 1000
+        out["empty_read_ms"] = round(empty_ms, 2)
+        print(f"longpoll wake p50 {out['wake_ms']['p50']} ms max {out['wake_ms']['max']} ms; "
+              f"one empty read {empty_ms:.2f} ms", flush=True)
+        self.results["longpoll"] = out
+
     def memory(self):
         self.results["memory"] = {"web_peak_rss_mb": {str(k): round(v, 1) for k, v in self.web.peak_rss_mb().items()}}
 
@@ -865,7 +958,7 @@ class Bench:
         try:
             self.setup()
             for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
-                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "memory"):
+                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -936,7 +1029,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
     parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
-                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,memory")
+                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,longpoll,memory")
     args = parser.parse_args()
     Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
 

@@ -23,15 +23,19 @@ take gthread's path unchanged.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import selectors
 import socket
+import threading
 import time
 from functools import partial
 
 from gunicorn.workers.gthread import ThreadWorker
 
 CRLF2 = b"\r\n\r\n"
+LISTENER_DOWN_RECHECK_SECONDS = 1.0
+LISTENER_RETRY_SECONDS = 2.0
 RECV_BYTES = 65536
 REFUSALS = {
     # status: (reason phrase, problem code)
@@ -230,7 +234,12 @@ class BufferedThreadWorker(ThreadWorker):
             self.poller.unregister(conn.sock)
         conn.sock.setblocking(True)
         conn.init()
-        conn.parser.unreader.unread(bytes(reader.buf))
+        raw = bytes(reader.buf)
+        # A GET is kept, to be run again after a long-poll's wait (intake/longpoll.py); nothing else can
+        # wait, and a kept-alive connection must not hold on to a large body it no longer needs.
+        conn.herald_raw = raw if raw.startswith(b"GET ") and len(raw) <= self.max_head else None
+        conn.herald_deadline = None
+        conn.parser.unreader.unread(raw)
         conn.data_ready = True
         super().enqueue_req(conn)
         return True
@@ -280,6 +289,244 @@ class BufferedThreadWorker(ThreadWorker):
         if force:   # the worker is stopping: requests still being read will not be served
             for reader in list(self.readers.values()):
                 self._drop(reader)
+            for waiter in list(self.waiting.values()):
+                self._unpark(waiter)
+                self.nr_conns -= 1
+                waiter.conn.close()
+
+    # --- long-polls (intake/longpoll.py) -------------------------------------------------------------
+    # A request the view parks leaves its thread at once; its connection waits here, in the event loop,
+    # until a NOTIFY of its key arrives on the listener (a PostgreSQL connection of this worker's own that
+    # LISTENs on POLL_CHANNEL, its socket watched by the same poller) or its deadline passes, and is then
+    # run again from the bytes it was read from. While the listener is down, waiting requests are run
+    # again every LISTENER_DOWN_RECHECK_SECONDS instead.
+
+    def load_wsgi(self):
+        super().load_wsgi()
+        self.wsgi = ParkingApp(self.wsgi)
+
+    def run(self):
+        self.waiting: dict = {}         # conn -> Waiter
+        self.waiting_by_key: dict = {}  # key -> {conn, ...}
+        self.wake_heap: list = []       # (wake_at, seq, conn), stale entries skipped
+        self.notified_at: dict = {}     # key -> time.monotonic() of its last NOTIFY
+        self.listener = None            # made at the first long-poll: a worker that never parks one has none
+        self.listener_since = 0.0
+        self.listener_retry_at = 0.0
+        self._seq = 0
+        super().run()
+
+    def handle(self, conn):
+        _current.conn = conn if self.buffering else None
+        try:
+            return super().handle(conn)
+        finally:
+            _current.conn = None
+
+    def handle_request(self, req, conn):
+        try:
+            return super().handle_request(req, conn)
+        except Parked as parked:
+            return parked
+
+    def _keepalive_after(self, conn, keepalive):
+        if isinstance(keepalive, Parked):
+            return keepalive
+        return super()._keepalive_after(conn, keepalive)
+
+    def finish_request(self, conn, fs):
+        result = None if fs.cancelled() or fs.exception() is not None else fs.result()
+        if isinstance(result, Parked):
+            self._park(conn, result)
+            return
+        super().finish_request(conn, fs)
+
+    def _park(self, conn, parked: "Parked") -> None:
+        if self.listener is None and time.monotonic() >= self.listener_retry_at:
+            self._connect_listener()
+        now = time.monotonic()
+        # a message may have come between the view's look and now (or before the listener listened)
+        missed = self.notified_at.get(parked.key, -1.0) >= parked.since or self.listener_since >= parked.since
+        if not self.alive or missed:
+            # stopping, or a message came between the view's look and now: run it again at once
+            conn.herald_deadline = now if not self.alive else parked.deadline
+            self._run_again(conn)
+            return
+        waiter = Waiter(conn, parked.key, parked.deadline)
+        self.waiting[conn] = waiter
+        self.waiting_by_key.setdefault(parked.key, set()).add(conn)
+        conn.sock.setblocking(False)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_waiter_readable, waiter))
+        self._schedule(waiter, now)
+
+    def _schedule(self, waiter: "Waiter", now: float) -> None:
+        wake_at = waiter.deadline if self.listener is not None else min(waiter.deadline,
+                                                                         now + LISTENER_DOWN_RECHECK_SECONDS)
+        self._seq += 1
+        heapq.heappush(self.wake_heap, (wake_at, self._seq, waiter.conn))
+
+    def _unpark(self, waiter: "Waiter") -> None:
+        conn = waiter.conn
+        self.waiting.pop(conn, None)
+        keyed = self.waiting_by_key.get(waiter.key)
+        if keyed is not None:
+            keyed.discard(conn)
+            if not keyed:
+                del self.waiting_by_key[waiter.key]
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _wake(self, waiter: "Waiter", deadline: float) -> None:
+        self._unpark(waiter)
+        waiter.conn.herald_deadline = deadline
+        self._run_again(waiter.conn)
+
+    def _run_again(self, conn) -> None:
+        """The same request again, on a thread, from the bytes it was read from."""
+        conn.sock.setblocking(True)
+        conn.parser = None
+        conn.initialized = False
+        conn.init()
+        conn.parser.unreader.unread(conn.herald_raw)
+        conn.data_ready = True
+        ThreadWorker.enqueue_req(self, conn)
+
+    def _on_waiter_readable(self, waiter: "Waiter", _sock) -> None:
+        """The client hung up (or sent more, which HTTP/1.1 clients do not while they wait)."""
+        try:
+            gone = not waiter.conn.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            gone = True
+        if gone:
+            self._unpark(waiter)
+            self.nr_conns -= 1
+            waiter.conn.close()
+        else:
+            self._wake(waiter, time.monotonic())   # answered now, so what it sent is read next
+
+    def wait_for_and_dispatch_events(self, timeout):
+        now = time.monotonic()
+        if self.wake_heap:
+            timeout = max(0.0, min(timeout, self.wake_heap[0][0] - now))
+        super().wait_for_and_dispatch_events(timeout)
+        now = time.monotonic()
+        if not self.alive:
+            for waiter in list(self.waiting.values()):
+                self._wake(waiter, now)   # answered (an empty page) now, with Connection: close
+        while self.wake_heap and self.wake_heap[0][0] <= now:
+            _, _, conn = heapq.heappop(self.wake_heap)
+            waiter = self.waiting.get(conn)
+            if waiter is None:
+                continue   # woken already
+            if waiter.deadline <= now or self.listener is None:
+                self._wake(waiter, waiter.deadline)
+            else:
+                self._schedule(waiter, now)   # the listener is back: wait for its NOTIFY
+        if self.listener is None and self.waiting and now >= self.listener_retry_at:
+            self._connect_listener()
+        if len(self.notified_at) > 10000:
+            self.notified_at = {key: at for key, at in self.notified_at.items() if at > now - 60}
+
+    def _connect_listener(self) -> None:
+        import psycopg
+        from django.db import connection
+
+        from webhooks.services.events import POLL_CHANNEL
+
+        try:
+            params = {key: value for key, value in connection.get_connection_params().items()
+                      if key not in ("cursor_factory", "context", "prepare_threshold")}
+            listener = psycopg.connect(**params, autocommit=True)
+            listener.execute(f"LISTEN {POLL_CHANNEL}")
+        except Exception as exc:
+            self.log.warning("Long-poll listener: cannot connect (%s); waiting requests look again every %s s",
+                             exc, LISTENER_DOWN_RECHECK_SECONDS)
+            self.listener_retry_at = time.monotonic() + LISTENER_RETRY_SECONDS
+            return
+        listener.pgconn.nonblocking = 1
+        self.listener = listener
+        self.listener_since = time.monotonic()
+        self.listener_fd = listener.fileno()   # a lost connection no longer tells its socket
+        self.poller.register(self.listener_fd, selectors.EVENT_READ, self._on_notify)
+        for waiter in list(self.waiting.values()):   # anything may have come while it was down
+            self._wake(waiter, waiter.deadline)
+
+    def _on_notify(self, _fd) -> None:
+        pgconn = self.listener.pgconn
+        try:
+            pgconn.consume_input()
+            now = time.monotonic()
+            while (notify := pgconn.notifies()) is not None:
+                key = notify.extra.decode()
+                self.notified_at[key] = now
+                for conn in list(self.waiting_by_key.get(key, ())):
+                    self._wake(self.waiting[conn], self.waiting[conn].deadline)
+        except Exception as exc:
+            self.log.warning("Long-poll listener lost (%s); reconnecting", exc)
+            try:
+                self.poller.unregister(self.listener_fd)
+            except (KeyError, ValueError, OSError):
+                pass
+            try:
+                self.listener.close()
+            except Exception:
+                pass
+            self.listener = None
+            self.listener_retry_at = time.monotonic() + LISTENER_RETRY_SECONDS
+            for waiter in list(self.waiting.values()):
+                self._wake(waiter, waiter.deadline)   # run again now; parked again, they look every second
+
+
+class Waiter:
+    __slots__ = ("conn", "key", "deadline")
+
+    def __init__(self, conn, key: str, deadline: float):
+        self.conn = conn
+        self.key = key
+        self.deadline = deadline
+
+
+class Parked(Exception):
+    """Raised out of the WSGI app (past Django, which has finished with the request) when the view parked it."""
+
+    def __init__(self, key: str, deadline: float, since: float):
+        super().__init__(key)
+        self.key = key
+        self.deadline = deadline
+        self.since = since
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_current = threading.local()   # the connection a thread is serving
+
+
+class ParkingApp:
+    """The WSGI app, with a LongPoll in the environ of every request the worker can park."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        from intake.longpoll import ENVIRON_KEY, LongPoll
+
+        conn = getattr(_current, "conn", None)
+        if conn is None or getattr(conn, "herald_raw", None) is None:
+            return self.app(environ, start_response)
+        longpoll = LongPoll(deadline=conn.herald_deadline)
+        conn.herald_deadline = None
+        environ[ENVIRON_KEY] = longpoll
+        result = self.app(environ, start_response)
+        if longpoll.parked_on is None:
+            return result
+        if hasattr(result, "close"):
+            result.close()   # Django's request_finished: its database connection goes back
+        raise Parked(longpoll.parked_on, longpoll.deadline, longpoll.since)
 
 
 def _peer(conn) -> str:

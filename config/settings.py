@@ -260,6 +260,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
 # many bytes 431, a body over INTAKE_MAX_BODY_BYTES 413 before it is read.
 WEB_CLIENT_TIMEOUT_SECONDS = env_float("WEB_CLIENT_TIMEOUT_SECONDS", 10)
 WEB_MAX_HEADER_BYTES = env_int("WEB_MAX_HEADER_BYTES", 16384)
+# A poll endpoint's long-poll (`GET …/messages?wait=`, at most POLL_MAX_WAIT_SECONDS) waits in gunicorn's
+# event loop, holding no thread (config/gunicorn_worker.py). Where it cannot (another server, a TLS
+# connection gunicorn terminates) it waits on its request's thread, re-reading every
+# POLL_THREAD_RECHECK_SECONDS, and at most POLL_THREAD_WAITERS such waits at once per process: the rest
+# are answered at once.
+POLL_MAX_WAIT_SECONDS = 30
+POLL_THREAD_WAITERS = env_int("POLL_THREAD_WAITERS", 1)
+POLL_THREAD_RECHECK_SECONDS = env_float("POLL_THREAD_RECHECK_SECONDS", 0.5)
 # API calls per second per credential, across every web process (a token bucket in Redis, so it
 # holds across hosts); unset or 0 = no limit. The bucket holds INTAKE_RATE_LIMIT_BURST calls
 # (default: one second's worth). If Redis cannot be reached the limit is not applied, and the log says so.

@@ -1,6 +1,7 @@
 """Input and output serializers of the REST API; they parse and render, they hold no logic."""
 import re
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -8,6 +9,7 @@ from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.services import polling
 from webhooks.services.endpoints import endpoint_max_in_flight
 
 _datetime = serializers.DateTimeField()
@@ -38,7 +40,11 @@ class _ChannelField(serializers.RegexField):
 
 
 class EndpointCreateInput(serializers.Serializer):
-    url = serializers.URLField(max_length=2000)
+    kind = serializers.ChoiceField(choices=[Endpoint.HTTP, Endpoint.POLL], required=False, default=Endpoint.HTTP,
+                                   help_text=(
+                                       "http: Herald POSTs each message to `url`. poll: no `url`; its consumer "
+                                       "reads the messages with `GET /endpoints/{id}/messages` (or `herald listen`)."))
+    url = serializers.URLField(max_length=2000, required=False, help_text="Required for kind http; none for poll.")
     event_types = serializers.ListField(child=serializers.CharField(max_length=200), required=False,
                                         default=list, max_length=100)
     channels = serializers.ListField(child=_ChannelField(), required=False, default=list,
@@ -60,10 +66,21 @@ class EndpointCreateInput(serializers.Serializer):
     def validate_event_types(self, value):
         return _validate_patterns(value)
 
+    def validate(self, attrs):
+        if attrs["kind"] == Endpoint.POLL and "url" in attrs:
+            raise serializers.ValidationError({"url": ["A poll endpoint has no URL: its consumer reads its messages."]})
+        if attrs["kind"] == Endpoint.HTTP and "url" not in attrs:
+            raise serializers.ValidationError({"url": ["This field is required."]})
+        return attrs
+
 
 class EndpointUpdateInput(EndpointCreateInput):
+    kind = None  # set once, at creation
     url = serializers.URLField(max_length=2000, required=False)
     enabled = serializers.BooleanField(required=False)
+
+    def validate(self, attrs):
+        return attrs
 
 
 class EndpointHealthOutput(serializers.Serializer):
@@ -76,13 +93,18 @@ class EndpointHealthOutput(serializers.Serializer):
 class EndpointOutput(serializers.ModelSerializer):
     """An endpoint as the API shows it: never its secret (`EndpointSecretOutput`, from `…/secret` only)."""
 
+    url = serializers.SerializerMethodField()
     max_in_flight = serializers.SerializerMethodField()
     health = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
-        fields = ["id", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
+        fields = ["id", "kind", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
                   "max_in_flight", "throttle_rate", "ordering", "health", "created_at", "updated_at"]
+
+    @extend_schema_field(serializers.URLField(allow_null=True))
+    def get_url(self, endpoint: Endpoint) -> str | None:
+        return endpoint.url or None  # a poll endpoint has none
 
     def get_max_in_flight(self, endpoint: Endpoint) -> int:
         return endpoint_max_in_flight(endpoint)
@@ -219,6 +241,35 @@ def _page(name: str, item_serializer) -> type[serializers.Serializer]:
 EndpointPageOutput = _page("EndpointPage", EndpointOutput)
 EventPageOutput = _page("EventPage", EventOutput)
 DeliveryPageOutput = _page("DeliveryPage", DeliveryOutput)
+
+
+class MessagesQueryInput(serializers.Serializer):
+    after = serializers.RegexField(r"^[0-9]{1,19}$", required=False, help_text=(
+        "A `next_cursor` this endpoint returned: acknowledges every message served up to it (they become "
+        "succeeded), and the page starts after it. Without it, the page starts at the first message not "
+        "acknowledged."), error_messages={"invalid": "Not a cursor: pass a next_cursor this endpoint returned."})
+    limit = serializers.IntegerField(min_value=1, max_value=polling.MAX_LIMIT, required=False,
+                                     default=polling.MAX_LIMIT)
+    wait = serializers.FloatField(min_value=0, max_value=settings.POLL_MAX_WAIT_SECONDS, required=False, default=0,
+                                  help_text="With nothing to serve, wait up to this many seconds for a message.")
+
+    def validate_after(self, value: str) -> int:
+        if int(value) > polling.MAX_CURSOR:
+            raise serializers.ValidationError("Not a cursor: pass a next_cursor this endpoint returned.")
+        return int(value)
+
+
+class MessageOutput(serializers.Serializer):
+    delivery_id = serializers.CharField()
+    headers = serializers.DictField(child=serializers.CharField(), help_text=(
+        "The Standard Webhooks headers a POST of this message would carry now (webhook-id, webhook-timestamp, "
+        "webhook-signature, content-type, user-agent)."))
+    body = serializers.CharField(help_text="The body a POST would carry, byte for byte (UTF-8).")
+
+
+class MessagePageOutput(serializers.Serializer):
+    data = MessageOutput(many=True)
+    next_cursor = serializers.CharField(help_text="Pass it as `after` to acknowledge this page and read on.")
 
 
 class EventFilterInput(serializers.Serializer):

@@ -10,6 +10,7 @@ urlpatterns = [
     path("endpoints/<str:endpoint_id>/rotate-secret", views.EndpointRotateSecretView.as_view(),
          name="endpoint-rotate-secret"),
     path("endpoints/<str:endpoint_id>/test", views.EndpointTestView.as_view(), name="endpoint-test"),
+    path("endpoints/<str:endpoint_id>/messages", views.EndpointMessagesView.as_view(), name="endpoint-messages"),
     path("portal-links", views.PortalLinkView.as_view(), name="portal-links"),
     path("events", views.EventListCreateView.as_view(), name="event-list"),
     path("events/<str:event_id>", views.EventDetailView.as_view(), name="event-detail"),

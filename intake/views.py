@@ -3,21 +3,29 @@
 Idempotency, authentication of writes and body checks happen before these run
 (intake/idempotency/middleware.py); every object is looked up within the caller's tenant.
 """
+import threading
+import time
+from time import monotonic
+
+from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from intake.longpoll import ENVIRON_KEY as longpoll_environ_key
+from intake.longpoll import LongPoll
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
 from intake.problems import NotFound
 from intake.links import portal_link_url
 from webhooks import selectors
-from webhooks.models import Delivery
+from webhooks.models import Delivery, Endpoint
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
+from webhooks.services import polling
 from webhooks.services import portal as portal_services
 
 
@@ -121,6 +129,56 @@ class EndpointTestView(TenantAPIView):
         event = event_services.event_send_test(endpoint=endpoint)
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": reverse("event-detail", args=[event.id])})
+
+
+class EndpointMessagesView(TenantAPIView):
+    """GET: a poll endpoint's next messages (SPEC §12), each with the headers and body a POST would carry;
+    `after=C` acknowledges those served up to cursor C. With nothing to serve and `wait`, the answer waits
+    for a message, in gunicorn's event loop rather than on a thread (intake/longpoll.py)."""
+
+    @extend_schema(operation_id="endpoints_messages", parameters=[io.MessagesQueryInput],
+                   responses=io.MessagePageOutput)
+    def get(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        query = _validated(io.MessagesQueryInput, request.query_params)
+        if endpoint.kind != Endpoint.POLL:
+            raise serializers.ValidationError({"endpoint": [
+                "Not a poll endpoint: Herald POSTs its messages to its URL. Create one with {\"kind\": \"poll\"}."]})
+        longpoll: LongPoll | None = request.META.get(longpoll_environ_key)
+        after, limit = query.get("after", 0), query["limit"]
+        deadline = longpoll.deadline if longpoll is not None and longpoll.deadline is not None else None
+        if deadline is None:
+            deadline = monotonic() + query["wait"]
+        since = monotonic()
+        page = polling.endpoint_messages(endpoint=endpoint, after=after, limit=limit)
+        if not page.messages and deadline - monotonic() > 0.01:
+            if longpoll is not None:
+                # the worker waits for a NOTIFY of this endpoint (or the deadline), then runs this again
+                longpoll.park(key=endpoint.pk, deadline=deadline, since=since)
+            else:
+                page = _wait_on_thread(endpoint=endpoint, after=after, limit=limit, deadline=deadline) or page
+        return Response({"data": [{"delivery_id": m.delivery_id, "headers": m.headers, "body": m.body}
+                                  for m in page.messages], "next_cursor": page.next_cursor},
+                        headers={"Cache-Control": "no-store"})
+
+
+_thread_waiters = threading.BoundedSemaphore(max(settings.POLL_THREAD_WAITERS, 1))
+
+
+def _wait_on_thread(*, endpoint, after: int, limit: int, deadline: float) -> polling.MessagePage | None:
+    """Where the worker cannot park the request: look again every POLL_THREAD_RECHECK_SECONDS until the
+    deadline, on this thread; at most POLL_THREAD_WAITERS such waits at once (the rest: None at once)."""
+    if settings.POLL_THREAD_WAITERS <= 0 or not _thread_waiters.acquire(blocking=False):
+        return None
+    try:
+        while (left := deadline - monotonic()) > 0:
+            time.sleep(min(left, settings.POLL_THREAD_RECHECK_SECONDS))
+            page = polling.endpoint_messages(endpoint=endpoint, after=after, limit=limit)
+            if page.messages:
+                return page
+        return None
+    finally:
+        _thread_waiters.release()
 
 
 class PortalLinkView(TenantAPIView):

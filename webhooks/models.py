@@ -23,11 +23,19 @@ class Tenant(models.Model):
 
 
 class Endpoint(models.Model):
-    """An HTTP URL of a tenant that receives the events it subscribes to."""
+    """An HTTP URL of a tenant that receives the events it subscribes to, or a polling endpoint (`kind`
+    poll, no URL) whose consumer reads its messages (webhooks/services/polling.py)."""
+
+    HTTP = "http"
+    POLL = "poll"
+    KINDS = [(HTTP, "http: Herald POSTs each message to its URL"), (POLL, "poll: its consumer reads its messages")]
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.endpoint_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="endpoints")
-    url = models.URLField(max_length=2000)
+    # Set once, at creation. A poll endpoint's deliveries are never claimed for HTTP: intake gives them
+    # no outbox row and no next_attempt_at, which the claim requires (migration 0009).
+    kind = models.CharField(max_length=8, choices=KINDS, default=HTTP, db_default=HTTP)
+    url = models.URLField(max_length=2000, blank=True)  # "" for a poll endpoint
     description = models.CharField(max_length=500, blank=True, default="")
     event_types = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     channels = ArrayField(models.CharField(max_length=128), default=list, blank=True)
@@ -161,6 +169,9 @@ class Delivery(models.Model):
     # Set while it waits for its endpoint (in-flight cap reached, breaker tripped): it is in no queue
     # and holds no worker; the attempt that frees a slot (or the breaker's probe) hands it on.
     parked_at = models.DateTimeField(null=True, blank=True)
+    # A poll endpoint's delivery: its place in the order its consumer is served, given when it is first
+    # served (webhooks/services/polling.py); a cursor acknowledges the served ones up to its number.
+    poll_seq = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -187,6 +198,9 @@ class Delivery(models.Model):
             # the admin's failed filter, newest first, and migration 0016's first count of failed rows
             # (index-only); an entry only when a delivery fails
             models.Index(fields=["-id"], name="delivery_failed", condition=models.Q(status="failed")),
+            # a poll endpoint's served deliveries in the order they were served (an entry only once served)
+            models.Index(fields=["endpoint", "poll_seq"], name="delivery_poll_seq",
+                         condition=models.Q(poll_seq__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -31,7 +31,7 @@ from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Event
 from webhooks.publishing import broker_backlog, deliveries_enqueue, publisher
 from webhooks.services.endpoints import endpoint_disable
-from webhooks.services.events import event_emit_operational
+from webhooks.services.events import event_emit_operational, poll_notify
 
 logger = logging.getLogger("herald.delivery")
 
@@ -289,8 +289,14 @@ def endpoint_wake(*, endpoint_id: str) -> list[str]:
 
 def attempt_headers(claim: Claim) -> dict[str, str]:
     """The signed headers of one attempt (its own timestamp; one signature per active secret)."""
-    return signing.webhook_headers(secrets=claim.secrets, msg_id=claim.event_id, timestamp=int(time.time()),
-                                   body=claim.payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
+    return message_headers(secrets=claim.secrets, event_id=claim.event_id, payload=claim.payload)
+
+
+def message_headers(*, secrets: list[str], event_id: str, payload: bytes) -> dict[str, str]:
+    """The Standard Webhooks headers a message carries now: sent with an attempt, or served to a poll
+    endpoint's consumer (webhooks/services/polling.py)."""
+    return signing.webhook_headers(secrets=secrets, msg_id=event_id, timestamp=int(time.time()),
+                                   body=payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
 
 
 def delivery_attempt(*, delivery_id: str) -> str | None:
@@ -494,16 +500,23 @@ def _lost_cutoffs(backlog: dict[str, int], marks: dict[str, datetime]) -> dict[s
 @transaction.atomic
 def delivery_retry(*, delivery: Delivery) -> Delivery:
     """Manual retry: a finished delivery becomes pending and due now (a relay publishes it at once, to
-    the periodic queue like every retry); a pending one is left be."""
+    the periodic queue like every retry; a poll endpoint's is served to its consumer again); a pending
+    one is left be."""
     now = timezone.now()
     with connection.cursor() as cursor:
         # Retention deletes an event with its final deliveries under its row lock: hold it off (or wait
         # for it, and find the delivery gone) while this one becomes pending again.
         cursor.execute(f"SELECT 1 FROM {Event._meta.db_table} WHERE id = %s FOR KEY SHARE", [delivery.event_id])
+    # A poll endpoint's delivery is served to its consumer again, after what it was served already (a
+    # new place in the order); it is never claimed for HTTP (no next_attempt_at, no outbox row).
+    polled = Endpoint.objects.filter(pk=delivery.endpoint_id, kind=Endpoint.POLL).exists()
     updated = Delivery.objects.filter(
         pk=delivery.pk, status__in=[Delivery.FAILED, Delivery.SUCCEEDED]
-    ).update(status=Delivery.PENDING, next_attempt_at=now, parked_at=None, updated_at=now)
-    if updated:
+    ).update(status=Delivery.PENDING, next_attempt_at=None if polled else now, parked_at=None, poll_seq=None,
+             updated_at=now)
+    if updated and polled:
+        poll_notify(endpoint_ids=[delivery.endpoint_id])
+    elif updated:
         DeliveryOutbox.objects.update_or_create(delivery_id=delivery.pk, defaults={
             "due_at": now, "published_at": None, "periodic": True})
         transaction.on_commit(publisher.ring, robust=True)

@@ -64,12 +64,17 @@ def endpoint_max_in_flight(endpoint: Endpoint) -> int:
 
 
 @transaction.atomic
-def endpoint_create(*, tenant: Tenant, url: str, event_types: list[str], channels: list[str],
+def endpoint_create(*, tenant: Tenant, url: str = "", event_types: list[str], channels: list[str],
                     description: str = "", max_in_flight: int | None = None, throttle_rate: int | None = None,
-                    ordering: str = Endpoint.UNORDERED) -> Endpoint:
-    """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`)."""
-    endpoint_url_check(url=url)
-    endpoint = Endpoint.objects.create(tenant=tenant, url=url, event_types=event_types, channels=channels,
+                    ordering: str = Endpoint.UNORDERED, kind: str = Endpoint.HTTP) -> Endpoint:
+    """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`). A poll endpoint
+    has no URL: Herald never connects anywhere for it."""
+    if kind == Endpoint.POLL:
+        if url:
+            raise EndpointUrlRefused("A poll endpoint has no URL: its consumer reads its messages.")
+    else:
+        endpoint_url_check(url=url)
+    endpoint = Endpoint.objects.create(tenant=tenant, kind=kind, url=url, event_types=event_types, channels=channels,
                                        description=description, max_in_flight=max_in_flight,
                                        throttle_rate=throttle_rate, ordering=ordering)
     _issue_secret(endpoint=endpoint)
@@ -93,6 +98,8 @@ def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
     if unknown:
         raise TypeError(f"cannot update {sorted(unknown)}")
     if "url" in changes:
+        if endpoint.kind == Endpoint.POLL:
+            raise EndpointUrlRefused("A poll endpoint has no URL: its consumer reads its messages.")
         endpoint_url_check(url=changes["url"])
     fields = dict(changes)
     if changes.get("enabled") is True:

@@ -14,6 +14,9 @@ from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, Tenant
 from webhooks.payload import build_payload
 from webhooks.publishing import publisher
 
+# The LISTEN/NOTIFY channel of poll endpoints' new messages; the payload is the endpoint's id.
+POLL_CHANNEL = "herald_poll"
+
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
 # event's), and insert one pending delivery for each. Delivery ids extend the event's ULID with the
@@ -23,6 +26,10 @@ from webhooks.publishing import publisher
 # longer one never meet, and ranks up to 10^10 fit the 40-character id. An operational event (`herald.…`, SPEC §8) goes only to
 # endpoints whose `event_types` name it, whatever their channels; a test event (herald.test) only to the
 # endpoint it was sent to.
+#
+# A poll endpoint's delivery (SPEC §12) gets no outbox row and no next_attempt_at: no relay publishes it
+# and the claim, which takes only a due delivery, never sends it; its consumer reads it
+# (webhooks/services/polling.py), woken by a NOTIFY on commit.
 #
 # The two lists travel as JSON arrays, turned into arrays by PostgreSQL: psycopg's Python list adapter
 # cost about 5 % of an intake request's CPU.
@@ -35,7 +42,7 @@ WITH lists AS (
     SELECT %(event_id)s, %(tenant)s, %(type)s, lists.channels, %(payload)s, %(request_id)s, %(now)s FROM lists
     RETURNING id
 ), matched AS (
-    SELECT e.id, row_number() OVER (ORDER BY e.id) AS rank
+    SELECT e.id, e.kind, row_number() OVER (ORDER BY e.id) AS rank
       FROM {Endpoint._meta.db_table} e, lists
      WHERE e.tenant_id = %(tenant)s AND e.enabled AND e.deleted_at IS NULL
        AND CASE WHEN %(only)s::varchar IS NOT NULL THEN e.id = %(only)s
@@ -45,14 +52,14 @@ WITH lists AS (
     INSERT INTO {Delivery._meta.db_table}
         (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
     SELECT %(delivery_prefix)s || lpad(rank::text, greatest(5, length(rank::text)), '0'), %(tenant)s, (SELECT id FROM event), matched.id,
-           'pending', 0, %(now)s, %(now)s, %(now)s
+           'pending', 0, CASE WHEN matched.kind = '{Endpoint.POLL}' THEN NULL ELSE %(now)s END, %(now)s, %(now)s
       FROM matched
-    RETURNING id, endpoint_id
+    RETURNING id, endpoint_id, next_attempt_at IS NULL AS polled
 ), outbox AS (
     INSERT INTO {DeliveryOutbox._meta.db_table} (delivery_id, due_at, published_at, periodic)
-    SELECT id, %(now)s, NULL, false FROM deliveries
+    SELECT id, %(now)s, NULL, false FROM deliveries WHERE NOT polled
 )
-SELECT id, endpoint_id FROM deliveries
+SELECT id, endpoint_id, polled FROM deliveries
 """
 
 
@@ -81,11 +88,22 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
         rows = cursor.fetchall()
     event._state.adding = False
     event.delivery_list = [Delivery(id=delivery_id, tenant_id=tenant.pk, event=event, endpoint_id=endpoint_id,
-                                    status=Delivery.PENDING, next_attempt_at=created_at)
-                           for delivery_id, endpoint_id in rows]
-    if rows:
+                                    status=Delivery.PENDING, next_attempt_at=None if polled else created_at)
+                           for delivery_id, endpoint_id, polled in rows]
+    if any(not polled for _, _, polled in rows):
         transaction.on_commit(publisher.ring, robust=True)
+    polled = [endpoint_id for _, endpoint_id, polled in rows if polled]
+    if polled:
+        poll_notify(endpoint_ids=polled)
     return event
+
+
+def poll_notify(*, endpoint_ids: list[str]) -> None:
+    """Tell the web processes' long-polls of these poll endpoints that messages are waiting: a NOTIFY,
+    which PostgreSQL delivers when the caller's transaction commits (and drops if it rolls back)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, ep) FROM unnest(%s::varchar[]) AS ep",
+                       [POLL_CHANNEL, sorted(set(endpoint_ids))])
 
 
 def event_emit_operational(*, tenant_id: str, event_type: str, data: dict[str, Any]) -> Event:

@@ -24,8 +24,8 @@ import requests
 
 from herald_client._http import Response, RetryInfo, RetryPolicy, Timeout, Transport
 from herald_client.pagination import ListIterator
-from herald_client.types import (Credential, Delivery, DeliveryDetail, DeliveryStatus, Endpoint, Event, Ordering,
-                                 PortalLink, Tenant)
+from herald_client.types import (Credential, Delivery, DeliveryDetail, DeliveryStatus, Endpoint, EndpointKind, Event,
+                                 MessagePage, Ordering, PortalLink, Tenant)
 
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)  # seconds to connect, seconds to wait for the answer
 
@@ -82,15 +82,16 @@ class _Resource:
 class Endpoints(_Resource):
     """The tenant's webhook endpoints."""
 
-    def create(self, url: str, *, event_types: list[str] | None = None, channels: list[str] | None = None,
+    def create(self, url: str | None = None, *, event_types: list[str] | None = None,
+               channels: list[str] | None = None,
                description: str | None = None, max_in_flight: int | None = None,
                throttle_rate: int | None = None, ordering: Ordering | None = None,
-               idempotency_key: str | None = None) -> Endpoint:
+               kind: EndpointKind | None = None, idempotency_key: str | None = None) -> Endpoint:
         """`POST endpoints`: a new endpoint (its signing secret: `secret(id)`). Fields left None take
         Herald's defaults: every event type, no channels, the deployment's in-flight cap, no throttle,
-        unordered."""
+        unordered. `kind="poll"` (and no `url`) makes a polling endpoint: read it with `messages`."""
         body = {name: value for name, value in {
-            "url": url, "event_types": event_types, "channels": channels, "description": description,
+            "kind": kind, "url": url, "event_types": event_types, "channels": channels, "description": description,
             "max_in_flight": max_in_flight, "throttle_rate": throttle_rate, "ordering": ordering,
         }.items() if value is not None}
         result: Endpoint = self._call("POST", "endpoints", body=body, idempotency_key=idempotency_key)
@@ -131,6 +132,17 @@ class Endpoints(_Resource):
         previous one keeps signing, alongside, for 24 hours."""
         result: Endpoint = self._call("POST", f"endpoints/{_segment(endpoint_id)}/rotate-secret",
                                       idempotency_key=idempotency_key)
+        return result
+
+    def messages(self, endpoint_id: str, *, after: str | None = None, limit: int | None = None,
+                 wait: float | None = None) -> MessagePage:
+        """`GET endpoints/{id}/messages`: a poll endpoint's next messages. `after` (a `next_cursor` it
+        returned) acknowledges every message served up to it; with nothing new, the answer waits up to
+        `wait` seconds (at most 30: the read timeout is made longer than that for this call)."""
+        timeout = (5.0, (wait or 0) + 30.0)
+        result: MessagePage = self._transport.request(
+            "GET", self._prefix + f"endpoints/{_segment(endpoint_id)}/messages",
+            params={"after": after, "limit": limit, "wait": wait}, timeout=timeout).json()
         return result
 
     def test(self, endpoint_id: str, *, idempotency_key: str | None = None) -> Event:

@@ -9,6 +9,7 @@ from typing import Any, Literal, TypedDict
 
 DeliveryStatus = Literal["pending", "succeeded", "failed", "cancelled"]
 Ordering = Literal["unordered", "fifo"]
+EndpointKind = Literal["http", "poll"]
 
 
 class EndpointHealth(TypedDict):
@@ -19,9 +20,11 @@ class EndpointHealth(TypedDict):
 
 
 class Endpoint(TypedDict):
-    """An endpoint; never its signing secret (`endpoints.secret(id)` reads that)."""
+    """An endpoint; never its signing secret (`endpoints.secret(id)` reads that). A poll endpoint has
+    no `url`: its consumer reads its messages (`endpoints.messages`)."""
     id: str
-    url: str
+    kind: EndpointKind
+    url: str | None
     description: str
     event_types: list[str]
     channels: list[str]
@@ -33,6 +36,18 @@ class Endpoint(TypedDict):
     health: EndpointHealth
     created_at: str
     updated_at: str
+
+
+class Message(TypedDict):
+    """A poll endpoint's message: the headers and body (byte for byte, as UTF-8) a POST would carry."""
+    delivery_id: str
+    headers: dict[str, str]
+    body: str
+
+
+class MessagePage(TypedDict):
+    data: list[Message]
+    next_cursor: str
 
 
 class DeliverySummary(TypedDict):
