@@ -277,6 +277,9 @@ TRACING_ENABLED = (bool(OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES
                    and not env_bool("OTEL_SDK_DISABLED", False))
 # Unset: `herald-web` for gunicorn's processes, `herald-worker` for Celery's.
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "")
+# The stable HTTP semantic conventions (`http.response.status_code`, `url.full`, ...) for Django's spans too,
+# as Herald's own attempt spans use them; `http/dup` adds the old names, `default` keeps only the old.
+OTEL_SEMCONV_STABILITY_OPT_IN = env_str("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
 # Requests not traced (Prometheus' scrapes, health checks), as OpenTelemetry's Django instrumentation reads it.
 OTEL_PYTHON_DJANGO_EXCLUDED_URLS = env_str("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", "/metrics,/healthz")
 

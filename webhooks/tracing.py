@@ -52,7 +52,10 @@ def setup(process: str) -> bool:
     global ENABLED, _setup_pid
     if not settings.TRACING_ENABLED:
         return False
-    if _setup_pid == os.getpid():
+    if _setup_pid is not None:
+        # Set up before a fork (gunicorn --preload, a prefork parent): the provider carries on in the
+        # child, whose batch processor the SDK restarts; a second provider could not replace it anyway.
+        _setup_pid = os.getpid()
         return True
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -64,6 +67,8 @@ def setup(process: str) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    # The instrumentations read it from the environment when they start (see config/settings.py).
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = settings.OTEL_SEMCONV_STABILITY_OPT_IN
     # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME are read by Resource.create; ours only name the
     # process when the operator did not.
     attributes = {"herald.process": process, "service.version": settings.HERALD_VERSION}
