@@ -137,7 +137,9 @@ from webhooks import tracing
 _start_tracing()
 _start_tracing_in_child()
 from opentelemetry import trace
-print(json.dumps({"enabled": tracing.ENABLED, "sdk": sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk")),
+# redis-py imports OpenTelemetry's metrics SDK for its own (off) observability: not ours to judge here
+ours = ("opentelemetry.sdk.trace", "opentelemetry.exporter", "opentelemetry.instrumentation")
+print(json.dumps({"enabled": tracing.ENABLED, "sdk": sorted(m for m in sys.modules if m.startswith(ours)),
                   "provider": type(trace.get_tracer_provider()).__name__,
                   "middleware": [m for m in settings.MIDDLEWARE if "opentelemetry" in m]}))
 """
