@@ -54,12 +54,12 @@ def recreate_database() -> None:
 
 
 class Proc:
-    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None):
+    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, cwd: Path = ROOT):
         LOGS.mkdir(parents=True, exist_ok=True)
         self.name = name
         self.log = LOGS / f"{name}.log"
         self._fh = open(self.log, "wb")
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._fh, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._fh, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         deadline = time.monotonic() + 60
         while ready and ready not in self.log.read_text(errors="replace"):
@@ -140,11 +140,11 @@ class ConnectionSampler:
         self._thread.join(5)
 
 
-def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", **env) -> Proc:
+def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", cwd: Path = ROOT, **env) -> Proc:
     """`gunicorn config.wsgi` as the README starts it: only the bind is given, so the repository's
-    gunicorn.conf.py sets the workers, for Herald and for the floors alike."""
+    gunicorn.conf.py sets the workers, for Herald and for the floors alike (`cwd`: another checkout's)."""
     argv = [str(BIN / "gunicorn"), app, "--bind", f"127.0.0.1:{port}"]
-    proc = Proc(name, argv, base_env(**env), ready="Booting worker")
+    proc = Proc(name, argv, base_env(**env), ready="Booting worker", cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -185,6 +185,14 @@ def beat(**env) -> Proc:
     e = base_env(**env)
     e["LOG_LEVEL"] = "INFO"
     return Proc("beat", argv, e, ready="beat: Starting...")
+
+
+def otlp_sink(port: int) -> Proc:
+    """A stand-in OTLP/HTTP collector that reads and drops what it gets (bench/otlp_sink.py)."""
+    proc = Proc("otlp-sink", [str(BIN / "python"), "-m", "bench.otlp_sink", str(port)], base_env(),
+                ready="otlp sink ready")
+    proc.url = f"http://127.0.0.1:{port}"
+    return proc
 
 
 def receiver(port: int) -> Proc:
