@@ -15,7 +15,9 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LOGS = ROOT / ".data" / "bench"
-DB_NAME = "herald_bench"
+# Another name (and BENCH_REDIS_URL, BENCH_QUEUE) lets two checkouts benchmark on one machine without
+# dropping each other's database or purging each other's queue.
+DB_NAME = os.environ.get("BENCH_DB_NAME", "herald_bench")
 
 
 def free_port() -> int:
@@ -34,7 +36,7 @@ def base_env(**extra) -> dict:
         "DATABASE_URL": f"postgres://127.0.0.1:5432/{DB_NAME}",
         "REDIS_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
         "CELERY_BROKER_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
-        "HERALD_QUEUE": "herald-bench",
+        "HERALD_QUEUE": env.get("BENCH_QUEUE", "herald-bench"),
         "DEBUG": "false",
         "SECRET_KEY": _SECRET_KEY,  # with DEBUG off Herald refuses to start without a key of its own
         "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
