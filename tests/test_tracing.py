@@ -12,7 +12,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from tests.conftest import create_endpoint, subprocess_env, wait_until
 from tests.otlp import OtlpReceiver
-from tests.processes import ROOT, celery_worker, free_port, gunicorn, run_dir
+from tests.processes import ROOT, celery_beat, celery_worker, free_port, gunicorn, run_dir
 from tests.receiver import Answer
 from webhooks.models import Delivery, Event
 
@@ -118,6 +118,35 @@ def test_one_trace_runs_from_the_callers_span_to_every_attempt_and_on_to_the_rec
     assert all(any(link[1] in runs for link in d.links) for d in first)
     claim_batches = {s.span_id for s in spans if s.name == "herald.claim.batch"}
     assert all(any(link[1] in claim_batches for link in d.links) for d in deliveries)
+
+
+@pytest.mark.slow
+def test_gunicorn_without_preload_and_a_solo_worker_trace_too(api, receiver, otlp, processes):
+    """gunicorn as gunicorn.conf.py starts it (post_fork sets each worker up before it loads the app) and a
+    solo worker (no engine or relay: beat's dispatcher publishes, and the task claims, sends and records
+    on its own thread: `delivery_attempt`)."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    server = processes(gunicorn(free_port(), workers=None, threads=None, **env))
+    processes(celery_worker("tracing-solo", concurrency=None, pool="solo", **env))
+    processes(celery_beat(**env))
+    endpoint = create_endpoint(api, receiver.url("/hook"))
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {}}, timeout=20,
+                             headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "trace-solo-1",
+                                      "traceparent": f"00-{caller_trace}-{caller_span}-01"})
+    assert response.status_code == 202, response.content
+    got, = receiver.wait_for(1, "/hook")
+
+    def complete(spans):
+        return any(s.trace_id == caller_trace and s.name == "herald.record" for s in spans)
+
+    ours = [s for s in otlp.wait_for(complete) if s.trace_id == caller_trace]
+    request_span, = [s for s in ours if s.kind == "SERVER"]
+    assert request_span.parent_span_id == caller_span and request_span.service == "herald-web"
+    attempt, = [s for s in ours if s.kind == "CLIENT" and s.name == "POST"]
+    assert attempt.service == "herald-worker" and attempt.attributes["herald.endpoint_id"] == endpoint["id"]
+    assert attempt.attributes["http.response.status_code"] == 200 and attempt.attributes["herald.attempt"] == 1
+    assert _context_of(got.headers["traceparent"]) == (caller_trace, attempt.span_id)
 
 
 def _save(ours, spans) -> None:

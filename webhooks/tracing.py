@@ -50,7 +50,7 @@ def setup(process: str) -> bool:
     """Start tracing in this process (`web` or `worker`) if OTEL_EXPORTER_OTLP_ENDPOINT is set; once per
     process (a forked child sets up its own). True if this process exports traces."""
     global ENABLED, _setup_pid
-    if not settings.TRACING_ENABLED:
+    if not getattr(settings, "TRACING_ENABLED", False):  # another settings module (bench's floors) has none
         return False
     if _setup_pid is not None:
         # Set up before a fork (gunicorn --preload, a prefork parent): the provider carries on in the
@@ -85,7 +85,7 @@ def setup(process: str) -> bool:
             instrumentor.instrument(**options)
     _setup_pid = os.getpid()
     ENABLED = True
-    logger.info("tracing.started", extra={"process": process})
+    logger.info("tracing.started", extra={"herald_process": process})
     return True
 
 
@@ -182,9 +182,13 @@ def event_traceparents(*, event_ids: Iterable[str] = (), delivery_ids: Iterable[
         keys = list(delivery_ids)
     if not keys:
         return {}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [keys])
-        return dict(cursor.fetchall())
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [keys])
+            return dict(cursor.fetchall())
+    except Exception as exc:  # noqa: BLE001 - tracing never stops a delivery: these spans start traces of their own
+        logger.warning("tracing.context_unavailable", extra={"error": repr(exc)})
+        return {}
 
 
 def publish_span(traceparents: Iterable[str], **attributes: Any):
