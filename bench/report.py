@@ -235,7 +235,10 @@ def markdown(results: dict) -> str:
         lines += ["", f"Traces (OTEL_EXPORTER_OTLP_ENDPOINT unset = off, set = on, exported to a local sink): intake "
                       f"first executions c=16: {intake}; on/off {t['intake_on_vs_off']:.2f}"
                       + (f", off/today {t['intake_off_vs_today']:.2f}" if "intake_off_vs_today" in t else "")
-                      + f". Delivery: {delivery}; on/off {t['delivery_on_vs_off']:.2f}."]
+                      + (f", 10% sampled/off {t['intake_sampled_vs_off']:.2f}" if "intake_sampled_vs_off" in t else "")
+                      + f". Delivery: {delivery}; on/off {t['delivery_on_vs_off']:.2f}"
+                      + (f", 10% sampled/off {t['delivery_sampled_vs_off']:.2f}" if "delivery_sampled_vs_off" in t else "")
+                      + "."]
     return "\n".join(lines) + "\n"
 
 
