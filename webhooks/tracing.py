@@ -89,10 +89,16 @@ def setup(process: str) -> bool:
     return True
 
 
-def _tracer():
-    from opentelemetry import trace
+_herald_tracer = None
 
-    return trace.get_tracer("herald", settings.HERALD_VERSION)
+
+def _tracer():
+    global _herald_tracer
+    if _herald_tracer is None:  # one per process: the provider makes a new one on every call
+        from opentelemetry import trace
+
+        _herald_tracer = trace.get_tracer("herald", settings.HERALD_VERSION)
+    return _herald_tracer
 
 
 def span(name: str, **attributes: Any):
