@@ -130,6 +130,7 @@ def test_gunicorn_without_preload_and_a_solo_worker_trace_too(api, receiver, otl
     processes(celery_worker("tracing-solo", concurrency=None, pool="solo", **env))
     processes(celery_beat(**env))
     endpoint = create_endpoint(api, receiver.url("/hook"))
+    dead = create_endpoint(api, f"http://127.0.0.1:{free_port()}/dead")  # nothing listens: connection refused
     caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
     response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {}}, timeout=20,
                              headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "trace-solo-1",
@@ -138,13 +139,19 @@ def test_gunicorn_without_preload_and_a_solo_worker_trace_too(api, receiver, otl
     got, = receiver.wait_for(1, "/hook")
 
     def complete(spans):
-        return any(s.trace_id == caller_trace and s.name == "herald.record" for s in spans)
+        return {s.attributes.get("herald.endpoint_id") for s in spans
+                if s.trace_id == caller_trace and s.name == "herald.delivery"} >= {endpoint["id"], dead["id"]}
 
     ours = [s for s in otlp.wait_for(complete) if s.trace_id == caller_trace]
     request_span, = [s for s in ours if s.kind == "SERVER"]
     assert request_span.parent_span_id == caller_span and request_span.service == "herald-web"
-    attempt, = [s for s in ours if s.kind == "CLIENT" and s.name == "POST"]
-    assert attempt.service == "herald-worker" and attempt.attributes["herald.endpoint_id"] == endpoint["id"]
+    attempts = [s for s in ours if s.kind == "CLIENT" and s.name == "POST"]
+    refused = [s for s in attempts if s.attributes["herald.endpoint_id"] == dead["id"]]
+    assert refused and all(s.status_code == 2 and s.attributes["error.type"] == "connection_error"
+                           and "Connection refused" in s.attributes["herald.error"]
+                           and "http.response.status_code" not in s.attributes for s in refused)
+    attempt, = [s for s in attempts if s.attributes["herald.endpoint_id"] == endpoint["id"]]
+    assert attempt.service == "herald-worker"
     assert attempt.attributes["http.response.status_code"] == 200 and attempt.attributes["herald.attempt"] == 1
     assert _context_of(got.headers["traceparent"]) == (caller_trace, attempt.span_id)
 
