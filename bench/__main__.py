@@ -885,7 +885,8 @@ class Bench:
                             "p99_ms": statistics.median(r["p99_ms"] for r in results),
                             "rounds_rps": [round(r["rps"]) for r in results], "errors": median["errors"],
                             "non2xx": median["non2xx"]}
-            print(f"tracing intake first c=16 {name:5} {intake[name]['rps']:7.0f} req/s p50 {intake[name]['p50_ms']:.1f} "
+            print(f"tracing intake first c=16 {name:5} {intake[name]['rps']:7.0f} req/s "
+                  f"p50 {intake[name]['p50_ms']:.1f} "
                   f"ms p99 {intake[name]['p99_ms']:.1f} ms rounds {intake[name]['rounds_rps']}", flush=True)
         spans_bytes_intake = requests.get(f"{sink.url}/stats", timeout=5).json()
         self.cancel_backlog()

@@ -25,7 +25,8 @@ def _label(span: dict) -> str:
         outcome = a.get("http.response.status_code") or a.get("error.type", "")
         return f"POST {a.get('url.full', '')}  attempt {a.get('herald.attempt')} → {outcome}"
     if span["name"] == "herald.delivery":
-        return f"herald.delivery  {a.get('herald.delivery_id', '')[-9:]} #{a.get('herald.attempt')} → {a.get('herald.status')}"
+        delivery = a.get("herald.delivery_id", "")[-9:]
+        return f"herald.delivery  {delivery} #{a.get('herald.attempt')} → {a.get('herald.status')}"
     if a.get("db.system") == "postgresql":
         return f"postgresql {span['name']}"
     if a.get("db.system") == "redis":
@@ -60,8 +61,9 @@ def render(source: Path, target: Path) -> None:
         left = (span["start_ns"] - start) / 1e6
         width = max((span["end_ns"] - span["start_ns"]) / 1e6, total_ms / 600)
         colour = COLOURS.get(span["service"], "#888888")
-        ax.barh(y, width, left=left, height=0.62, color=colour, edgecolor="#c0392b" if span["status_code"] == 2 else colour,
-                linewidth=1.5 if span["status_code"] == 2 else 0.5)
+        failed = span["status_code"] == 2
+        ax.barh(y, width, left=left, height=0.62, color=colour, edgecolor="#c0392b" if failed else colour,
+                linewidth=1.5 if failed else 0.5)
         duration = (span["end_ns"] - span["start_ns"]) / 1e6
         ax.text(left + width + total_ms / 300, y, f"{'  ' * depth}{_label(span)}   {duration:.1f} ms",
                 va="center", fontsize=7.5, color="#c0392b" if span["status_code"] == 2 else "#222222")

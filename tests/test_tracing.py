@@ -45,7 +45,8 @@ def test_one_trace_runs_from_the_callers_span_to_every_attempt_and_on_to_the_rec
 
     caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
     response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {"n": 1}},
-                             timeout=20, headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "trace-0001",
+                             timeout=20, headers={"Authorization": f"Bearer {api.token}",
+                                                  "Idempotency-Key": "trace-0001",
                                                   "traceparent": f"00-{caller_trace}-{caller_span}-01"})
     assert response.status_code == 202, response.content
     event_id = response.json()["id"]
@@ -186,11 +187,13 @@ def test_without_the_variable_no_provider_exporter_or_instrumentation_is_install
     """The web process's start (config/wsgi.py) and the worker's (both Celery signals) as they run, in a
     process of their own; with the variable set the same start installs them (the test can tell)."""
     env = subprocess_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
-    probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=60)
     assert probe.returncode == 0, probe.stderr
     seen = json.loads(probe.stdout.strip().splitlines()[-1])
     if endpoint:
         assert seen["enabled"] and seen["provider"] == "TracerProvider" and seen["sdk"]
-        assert seen["middleware"] == ["opentelemetry.instrumentation.django.middleware.otel_middleware._DjangoMiddleware"]
+        assert seen["middleware"] == [
+            "opentelemetry.instrumentation.django.middleware.otel_middleware._DjangoMiddleware"]
     else:
         assert seen == {"enabled": False, "sdk": [], "provider": "ProxyTracerProvider", "middleware": []}
