@@ -43,3 +43,12 @@ def on_starting(server) -> None:
     from config.startup import refuse_unsafe_start
 
     refuse_unsafe_start("web")
+
+
+def post_fork(server, worker) -> None:
+    """Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set: each worker process its own exporter (its thread
+    does not survive a fork), set up before the application is loaded (webhooks/tracing.py)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from webhooks import tracing
+
+    tracing.setup("web")

@@ -39,6 +39,10 @@ def percentile(values: list[float], pct: float) -> float:
     return values[index]
 
 
+# The parts of a full run, in order: each is a method of Bench (`--only` picks some).
+PARTS = ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
+         "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory", "tracing")
+
 class Bench:
     def __init__(self, quick: bool, rounds: int = 5):
         self.quick = quick
@@ -954,11 +958,80 @@ class Bench:
     def memory(self):
         self.results["memory"] = {"web_peak_rss_mb": {str(k): round(v, 1) for k, v in self.web.peak_rss_mb().items()}}
 
+    # --- tracing -----------------------------------------------------------------------------
+    def tracing(self):
+        """What traces cost (SPEC §12): the intake's first executions at c=16 and a delivery drain, with
+        OTEL_EXPORTER_OTLP_ENDPOINT unset ("off") and set ("on", every span exported to a local sink
+        that reads and drops it: bench/otlp_sink.py; "on 10%": one trace in ten recorded), alternating
+        rounds, medians. With
+        BENCH_TODAY_TREE (a checkout of the code before tracing, e.g. `git archive <ref> | tar -x -C DIR`)
+        the intake is also measured as it was ("today"), on the same database and packages."""
+        import requests
+        from django.conf import settings
+
+        sink = self.start(stack.otlp_sink(stack.free_port()))
+        on = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url}
+        # one trace in ten recorded (OpenTelemetry's own sampler; a caller's sampled flag still decides)
+        sampled = {**on, "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+        targets = [("off", self.web.url),
+                   ("on", self.start(stack.gunicorn(stack.free_port(), name="gunicorn-traced", **on)).url),
+                   ("on 10%", self.start(stack.gunicorn(stack.free_port(), name="gunicorn-sampled", **sampled)).url)]
+        today = os.environ.get("BENCH_TODAY_TREE")
+        if today:
+            targets.insert(0, ("today", self.start(stack.gunicorn(stack.free_port(), name="gunicorn-today",
+                                                                  cwd=Path(today))).url))
+        runs: dict[str, list[dict]] = {name: [] for name, _ in targets}
+        for _ in range(self.rounds):
+            for name, base in targets:
+                runs[name].append(wrk(base + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
+                                      connections=16, seconds=self.seconds))
+                self.purge_queue()
+        intake = {}
+        for name, results in runs.items():
+            median = sorted(results, key=lambda r: r["rps"])[len(results) // 2]
+            intake[name] = {"rps": median["rps"], "p50_ms": median["p50_ms"],
+                            "p99_ms": statistics.median(r["p99_ms"] for r in results),
+                            "rounds_rps": [round(r["rps"]) for r in results], "errors": median["errors"],
+                            "non2xx": median["non2xx"]}
+            print(f"tracing intake first c=16 {name:5} {intake[name]['rps']:7.0f} req/s "
+                  f"p50 {intake[name]['p50_ms']:.1f} "
+                  f"ms p99 {intake[name]['p99_ms']:.1f} ms rounds {intake[name]['rounds_rps']}", flush=True)
+        spans_bytes_intake = requests.get(f"{sink.url}/stats", timeout=5).json()
+        self.cancel_backlog()
+
+        count = 400 if self.quick else 1500
+        tenant, _ = self.tenant_with_endpoints("tracing", ["/fast"], max_in_flight=settings.WEBHOOK_WORKER_CONCURRENCY)
+        drains: dict[str, list[dict]] = {"off": [], "on": [], "on 10%": []}
+        for _ in range(1 if self.quick else 3):
+            for name, env in (("off", {}), ("on", on), ("on 10%", sampled)):
+                self.make_deliveries(tenant, count)
+                drains[name].append(self.drain(count, f"tracing-{name.replace(' ', '').replace('%', '')}", **env))
+        delivery = {}
+        for name, results in drains.items():
+            median = sorted(results, key=lambda r: r["per_second"])[len(results) // 2]
+            delivery[name] = {"per_second": median["per_second"], "worker_cpu_ms": median["worker_cpu_ms"],
+                              "runs": [round(r["per_second"]) for r in results],
+                              "runs_cpu_ms": [round(r["worker_cpu_ms"], 2) for r in results]}
+            print(f"tracing delivery {name:3} {delivery[name]['per_second']:6.0f}/s worker CPU "
+                  f"{delivery[name]['worker_cpu_ms']:.2f} ms/delivery runs {delivery[name]['runs']}", flush=True)
+        sink_stats = requests.get(f"{sink.url}/stats", timeout=5).json()
+        self.results["tracing"] = {
+            "intake_first_c16": intake, "delivery": delivery,
+            "intake_on_vs_off": intake["on"]["rps"] / intake["off"]["rps"],
+            **({"intake_off_vs_today": intake["off"]["rps"] / intake["today"]["rps"]} if today else {}),
+            "delivery_on_vs_off": delivery["on"]["per_second"] / delivery["off"]["per_second"],
+            "intake_sampled_vs_off": intake["on 10%"]["rps"] / intake["off"]["rps"],
+            "delivery_sampled_vs_off": delivery["on 10%"]["per_second"] / delivery["off"]["per_second"],
+            "exported": {"intake": spans_bytes_intake, "total": sink_stats}}
+        t = self.results["tracing"]
+        print(f"tracing: intake on/off {t['intake_on_vs_off']:.2f} (10% sampled {t['intake_sampled_vs_off']:.2f}), "
+              f"delivery on/off {t['delivery_on_vs_off']:.2f} (10% sampled {t['delivery_sampled_vs_off']:.2f}); "
+              f"exported {sink_stats}", flush=True)
+
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
-                         "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory"):
+            for name in PARTS:
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
                 getattr(self, name)()
@@ -1028,8 +1101,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
-                                       "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,longpoll,memory")
+    parser.add_argument("--only", help="comma-separated: " + ",".join(PARTS))
     args = parser.parse_args()
     Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
 

@@ -230,6 +230,19 @@ def markdown(results: dict) -> str:
     if "memory" in results:
         web = results["memory"]["web_peak_rss_mb"]
         lines += ["", f"Peak RSS: gunicorn processes {', '.join(f'{v} MB' for v in web.values())}."]
+    if "tracing" in results:
+        t = results["tracing"]
+        intake = ", ".join(f"{name} {r['rps']:,.0f} req/s (p99 {r['p99_ms']:.1f} ms)"
+                           for name, r in t["intake_first_c16"].items())
+        delivery = ", ".join(f"{name} {r['per_second']:,.0f}/s ({r['worker_cpu_ms']:.2f} ms worker CPU each)"
+                             for name, r in t["delivery"].items())
+        lines += ["", f"Traces (OTEL_EXPORTER_OTLP_ENDPOINT unset = off, set = on, exported to a local sink): intake "
+                      f"first executions c=16: {intake}; on/off {t['intake_on_vs_off']:.2f}"
+                      + (f", off/today {t['intake_off_vs_today']:.2f}" if "intake_off_vs_today" in t else "")
+                      + (f", 10% sampled/off {t['intake_sampled_vs_off']:.2f}" if "intake_sampled_vs_off" in t else "")
+                      + f". Delivery: {delivery}; on/off {t['delivery_on_vs_off']:.2f}"
+                      + (f", 10% sampled/off {t['delivery_sampled_vs_off']:.2f}" if "delivery_sampled_vs_off" in t else "")
+                      + "."]
     return "\n".join(lines) + "\n"
 
 

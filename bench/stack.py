@@ -16,7 +16,9 @@ from testkit.processes import free_port  # noqa: F401 - bench/__main__ uses it f
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LOGS = ROOT / ".data" / "bench"
-DB_NAME = "herald_bench"
+# Another name (and BENCH_REDIS_URL, BENCH_QUEUE) lets two checkouts benchmark on one machine without
+# dropping each other's database or purging each other's queue.
+DB_NAME = os.environ.get("BENCH_DB_NAME", "herald_bench")
 
 
 _SECRET_KEY = os.environ.get("SECRET_KEY") or "herald-bench-" + secrets.token_urlsafe(32)
@@ -29,7 +31,7 @@ def base_env(**extra) -> dict:
         "DATABASE_URL": f"postgres://127.0.0.1:5432/{DB_NAME}",
         "REDIS_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
         "CELERY_BROKER_URL": env.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"),
-        "HERALD_QUEUE": "herald-bench",
+        "HERALD_QUEUE": env.get("BENCH_QUEUE", "herald-bench"),
         "DEBUG": "false",
         "SECRET_KEY": _SECRET_KEY,  # with DEBUG off Herald refuses to start without a key of its own
         "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
@@ -51,8 +53,8 @@ def recreate_database() -> None:
 class Proc(processes.Process):
     """A process of this run, its output in `.data/bench/<name>.log`."""
 
-    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None):
-        super().__init__(name, argv, env, LOGS / f"{name}.log", ready=ready, timeout=60)
+    def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, cwd: Path = processes.ROOT):
+        super().__init__(name, argv, env, LOGS / f"{name}.log", ready=ready, timeout=60, cwd=cwd)
 
 
 class ConnectionSampler:
@@ -80,11 +82,11 @@ class ConnectionSampler:
         self._thread.join(5)
 
 
-def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", **env) -> Proc:
+def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", cwd: Path = ROOT, **env) -> Proc:
     """`gunicorn config.wsgi` as the README starts it: only the bind is given, so the repository's
-    gunicorn.conf.py sets the workers, for Herald and for the floors alike."""
+    gunicorn.conf.py sets the workers, for Herald and for the floors alike (`cwd`: another checkout's)."""
     argv = processes.gunicorn_argv(port, app)
-    proc = Proc(name, argv, base_env(**env), ready="Booting worker")
+    proc = Proc(name, argv, base_env(**env), ready="Booting worker", cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -124,6 +126,14 @@ def beat(**env) -> Proc:
     e = base_env(**env)
     e["LOG_LEVEL"] = "INFO"
     return Proc("beat", argv, e, ready="beat: Starting...")
+
+
+def otlp_sink(port: int) -> Proc:
+    """A stand-in OTLP/HTTP collector that reads and drops what it gets (bench/otlp_sink.py)."""
+    proc = Proc("otlp-sink", [str(BIN / "python"), "-m", "bench.otlp_sink", str(port)], base_env(),
+                ready="otlp sink ready")
+    proc.url = f"http://127.0.0.1:{port}"
+    return proc
 
 
 def receiver(port: int) -> Proc:

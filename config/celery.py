@@ -66,6 +66,25 @@ def _refuse_unsafe_beat(**kwargs) -> None:
 
 
 @signals.worker_init.connect
+def _start_tracing(sender=None, **kwargs) -> None:
+    """Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (webhooks/tracing.py): before the engine, the relay and
+    the database pool start, so their connections are instrumented. A prefork worker's children each start
+    their own (below): an exporter's thread does not survive a fork."""
+    if sender is not None and "prefork" in _pool_name(sender.pool_cls):
+        return
+    from webhooks import tracing
+
+    tracing.setup("worker")
+
+
+@signals.worker_process_init.connect
+def _start_tracing_in_child(**kwargs) -> None:
+    from webhooks import tracing
+
+    tracing.setup("worker")
+
+
+@signals.worker_init.connect
 def _share_database_connections(sender=None, **kwargs) -> None:
     """A threaded worker's threads share a bounded psycopg pool instead of a connection each.
 

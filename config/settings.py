@@ -274,6 +274,24 @@ POLL_THREAD_RECHECK_SECONDS = env_float("POLL_THREAD_RECHECK_SECONDS", 0.5)
 INTAKE_RATE_LIMIT_PER_SECOND = env_float("INTAKE_RATE_LIMIT_PER_SECOND", 0)
 INTAKE_RATE_LIMIT_BURST = env_int("INTAKE_RATE_LIMIT_BURST", max(1, round(INTAKE_RATE_LIMIT_PER_SECOND)))
 
+# --- Traces (SPEC §12; webhooks/tracing.py) ----------------------------------------------------
+# OpenTelemetry's own variables. Unset (the default), no tracing: nothing is instrumented and no
+# exporter or provider is installed. With OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ twin) set,
+# every web and worker process exports its spans over OTLP/HTTP (protobuf); the SDK reads the rest
+# of its variables itself (OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_BSP_*, ...).
+# OTEL_SDK_DISABLED=true turns it off again.
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+TRACING_ENABLED = (bool(OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+                   and not env_bool("OTEL_SDK_DISABLED", False))
+# Unset: `herald-web` for gunicorn's processes, `herald-worker` for Celery's.
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "")
+# The stable HTTP semantic conventions (`http.response.status_code`, `url.full`, ...) for Django's spans too,
+# as Herald's own attempt spans use them; `http/dup` adds the old names, `default` keeps only the old.
+OTEL_SEMCONV_STABILITY_OPT_IN = env_str("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
+# Requests not traced (Prometheus' scrapes, health checks), as OpenTelemetry's Django instrumentation reads it.
+OTEL_PYTHON_DJANGO_EXCLUDED_URLS = env_str("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", "/metrics,/healthz")
+
 # --- Celery (read by config/celery.py with the CELERY_ namespace) ---------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_TASK_DEFAULT_QUEUE = env_str("HERALD_QUEUE", "herald")

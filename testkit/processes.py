@@ -98,7 +98,7 @@ class Process:
     by `stop()`, or at the latest when the Python process exits (every live one is SIGKILLed then)."""
 
     def __init__(self, name: str, argv: list[str], env: dict, log_path: Path, ready: str | None = None,
-                 timeout: float = 30, append: bool = False):
+                 timeout: float = 30, append: bool = False, cwd: Path = ROOT):
         self.name = name
         self.argv = argv
         self.log_path = Path(log_path)
@@ -108,7 +108,7 @@ class Process:
             self._log.write(f"\n==== {time.strftime('%H:%M:%S')} start {shlex.join(argv)}\n".encode())
             self._log.flush()
         self._start_offset = self._log.tell()
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
         self.pgid = self.popen.pid
         _registry.add(self)

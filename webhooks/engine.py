@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from webhooks import transport
+from webhooks import tracing, transport
 from webhooks.services import delivery as delivery_service
 
 logger = logging.getLogger("herald.engine")
@@ -58,7 +58,9 @@ class Engine:
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
-        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime]] = {}
+        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime,
+                                       tracing.DeliveryTrace | None]] = {}
+        self._origins: dict[str, object] = {}  # tracing on: delivery id -> the Celery task span that brought it
         self._submitted: deque[str] = deque()
         self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
         self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
@@ -83,6 +85,8 @@ class Engine:
                 self._changed.wait()
             self._held += 1
             self._submitted.append(delivery_id)
+            if tracing.ENABLED:
+                self._origins[delivery_id] = tracing.current_span_context()
         try:
             self._wake_w.send(b"x")
         except BlockingIOError:
@@ -199,9 +203,16 @@ class Engine:
                 logger.exception("engine.wake_failed", extra={"endpoint_id": endpoint_id})
 
     def _start(self, batch: list[str]) -> None:
+        traces: dict[str, tracing.DeliveryTrace] = {}
+        if tracing.ENABLED:
+            with self._changed:
+                origins = {i: self._origins.pop(i, None) for i in batch}
         try:
             close_old_connections()
-            result = delivery_service.deliveries_claim(delivery_ids=batch)
+            with tracing.batch("herald.claim.batch", len(batch)) as claim_batch:
+                result = delivery_service.deliveries_claim(delivery_ids=batch)
+                if claim_batch is not None:
+                    traces = tracing.delivery_traces(result.claims, claim_batch, origins)
         except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
             logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
             self._release(len(batch))
@@ -218,18 +229,24 @@ class Engine:
         unsendable = []
         for claim in claims.values():
             curl = self._idle.pop() if self._idle else pycurl.Curl()
+            trace = traces.get(claim.delivery_id)
+            headers = delivery_service.attempt_headers(claim)
+            if trace is not None:
+                trace.attempt_started(headers)  # adds the attempt's traceparent
             try:
-                attempt = transport.Attempt(curl, url=claim.url, body=claim.payload,
-                                            headers=delivery_service.attempt_headers(claim),
+                attempt = transport.Attempt(curl, url=claim.url, body=claim.payload, headers=headers,
                                             timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
                                             allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
             except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
                 curl.reset()
                 self._idle.append(curl)
-                unsendable.append(delivery_service.Outcome(claim, timezone.now(), transport.AttemptResult(
-                    status=None, body="", duration_ms=0, error=f"invalid_url: {exc}"[:200], retry_after=None)))
+                result = transport.AttemptResult(status=None, body="", duration_ms=0,
+                                                 error=f"invalid_url: {exc}"[:200], retry_after=None)
+                if trace is not None:
+                    trace.attempt_finished(result)
+                unsendable.append((delivery_service.Outcome(claim, timezone.now(), result), trace))
                 continue
-            self._running[id(curl)] = (curl, attempt, claim, timezone.now())
+            self._running[id(curl)] = (curl, attempt, claim, timezone.now(), trace)
             self._multi.add_handle(curl)
         if unsendable:
             self._record(unsendable)
@@ -237,20 +254,31 @@ class Engine:
     def _finish(self, finished: list[tuple[pycurl.Curl, int, str]]) -> None:
         outcomes = []
         for curl, code, message in finished:
-            _, attempt, claim, started_at = self._running.pop(id(curl))
+            _, attempt, claim, started_at, trace = self._running.pop(id(curl))
             self._multi.remove_handle(curl)
-            outcomes.append(delivery_service.Outcome(claim, started_at, attempt.finish(code, message)))
+            result = attempt.finish(code, message)
+            if trace is not None:
+                trace.attempt_finished(result)
+            outcomes.append((delivery_service.Outcome(claim, started_at, result), trace))
             curl.reset()
             self._idle.append(curl)
         self._record(outcomes)
 
-    def _record(self, outcomes: list[delivery_service.Outcome]) -> None:
+    def _record(self, finished: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]]) -> None:
+        outcomes = [outcome for outcome, _ in finished]
+        statuses: list = [None] * len(outcomes)
+        record_batch = None
         try:
-            delivery_service.deliveries_record(outcomes=outcomes, hand_on=self._take)
+            with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
+                statuses = delivery_service.deliveries_record(outcomes=outcomes, hand_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:
             self._release(len(outcomes))
+            if record_batch is not None:
+                for (_, trace), status in zip(finished, statuses):
+                    if trace is not None:
+                        trace.recorded(status, record_batch)
 
 
 _engine: Engine | None = None

@@ -17,6 +17,7 @@ import threading
 
 from django.db import connection
 
+from webhooks import tracing
 from webhooks.models import Heartbeat
 
 WORKER_PREFIX = "worker:"
@@ -63,7 +64,7 @@ class Heart:
             if self._stopped:
                 return
             try:
-                with connection.cursor() as cursor:
+                with tracing.suppressed(), connection.cursor() as cursor:  # no trace every few seconds
                     cursor.execute(_BEAT_SQL, {"name": self.name})
             except Exception as exc:  # noqa: BLE001 - the next beat tries again; meanwhile the row ages
                 logger.warning("liveness.heartbeat_failed", extra={"error": repr(exc)})

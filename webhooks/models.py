@@ -124,6 +124,9 @@ class Event(models.Model):
     payload = models.BinaryField()
     # The intake request that recorded it, so delivery log lines join up with that request's.
     request_id = models.CharField(max_length=128, blank=True, default="")
+    # The W3C traceparent of the intake's span that recorded it, when tracing is on (webhooks/tracing.py):
+    # every attempt of its deliveries, however much later and in whichever worker, joins that trace.
+    traceparent = models.CharField(max_length=55, null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:

@@ -24,6 +24,8 @@ from django.conf import settings
 from django.utils import timezone
 from kombu import Queue
 
+from webhooks import tracing
+
 logger = logging.getLogger("herald.publishing")
 
 # The task that takes a message of delivery ids (webhooks/tasks.py registers it under this name).
@@ -73,10 +75,12 @@ def _ring() -> None:
         logger.warning("relay.doorbell_failed", extra={"error": repr(exc)})
 
 
-def publish(batch: list[tuple[str, list[str], datetime]]) -> bool:
+def publish(batch: list[tuple[str, list[str], datetime]], traceparents: dict[str, str] | None = None) -> bool:
     """Publish (queue, ids, mark) items: per queue, messages of up to WEBHOOK_ENQUEUE_CHUNK ids, in one
     round trip. Each message carries the latest of its items' marks (when they were handed over),
-    which the worker reports as its queue's progress (webhooks/progress.py). False if the broker
+    which the worker reports as its queue's progress (webhooks/progress.py). With `traceparents` (tracing
+    on: the stored trace of each delivery's event), each message is sent in a `herald.outbox.publish`
+    span linked to those traces (webhooks/tracing.py). False if the broker
     refused or could not be reached (logged, never raised): on RabbitMQ publisher confirms make a
     message the broker did not take count as a failure too."""
     by_queue: dict[str, tuple[list[str], datetime]] = {}
@@ -89,9 +93,12 @@ def publish(batch: list[tuple[str, list[str], datetime]]) -> bool:
             for queue, (ids, mark) in by_queue.items():
                 for start in range(0, len(ids), chunk):
                     part = ids[start:start + chunk]
-                    # by name, so that publishing (below the services) never imports the tasks above them
-                    current_app.send_task(DELIVER_MANY, (part, queue, mark.isoformat()), producer=producer,
-                                          queue=queue, argsrepr=f"[{len(part)} ids]", kwargsrepr="")
+                    with (tracing.publish_span((traceparents[i] for i in part if i in traceparents),
+                                               **{"messaging.destination.name": queue, "herald.deliveries": len(part)})
+                          if traceparents is not None else tracing.span("herald.outbox.publish")):
+                        # by name, so that publishing (below the services) never imports the tasks above them
+                        current_app.send_task(DELIVER_MANY, (part, queue, mark.isoformat()), producer=producer,
+                                              queue=queue, argsrepr=f"[{len(part)} ids]", kwargsrepr="")
     except Exception as exc:  # broker down: the rows are safe and the dispatcher will publish them
         ids = [i for _, part, _ in batch for i in part]
         logger.warning("delivery.enqueue_failed", extra={"delivery_ids": ids[:20], "count": len(ids),
@@ -109,6 +116,7 @@ class Publisher:
         self._changed = threading.Condition()
         self._pending: list[tuple[str, list[str], datetime]] = []
         self._ring = False
+        self._ring_context = None  # tracing on: the trace of the first request that rang since the last ring
         self._busy = False
         self._pid: int | None = None
 
@@ -122,6 +130,8 @@ class Publisher:
         """Tell the relays that new deliveries are due (after a commit)."""
         with self._changed:
             self._started()
+            if tracing.ENABLED and not self._ring:
+                self._ring_context = tracing.current_context()
             self._ring = True
             self._changed.notify_all()
 
@@ -140,13 +150,14 @@ class Publisher:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._pending or self._ring)
-                batch, ring = self._pending, self._ring
-                self._pending, self._ring, self._busy = [], False, True
+                batch, ring, context = self._pending, self._ring, self._ring_context
+                self._pending, self._ring, self._busy, self._ring_context = [], False, True, None
             try:
                 if batch:
                     publish(batch)
                 if ring:
-                    _ring()
+                    with tracing.attached(context), tracing.span("herald.outbox.ring"):
+                        _ring()
             except Exception:  # noqa: BLE001 - the thread must outlive any one batch
                 logger.exception("delivery.publisher_failed")
             finally:

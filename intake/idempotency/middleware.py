@@ -21,6 +21,7 @@ from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
 from intake.metrics import intake_requests
 from intake.models import IdempotencyKey
 from intake.problems import problem_response
+from webhooks import tracing
 
 logger = logging.getLogger("herald.idempotency")
 
@@ -115,7 +116,7 @@ class IdempotencyMiddleware:
         """Claim the key, run the view and store its answer, in one transaction with one commit."""
         rolled_back = None
         try:
-            with store.key_transaction():
+            with tracing.span("herald.intake.transaction"), store.key_transaction():
                 finished = store.key_claim(key)
                 if finished is not None:  # the request holding the key committed while this one waited
                     return self._answer_existing(request, key, finished)

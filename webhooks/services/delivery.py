@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import breaker, crypto, event_types, metrics, progress, retry_policy, signing, transport
+from webhooks import breaker, crypto, event_types, metrics, progress, retry_policy, signing, tracing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Event
 from webhooks.publishing import broker_backlog, deliveries_enqueue, publisher
@@ -305,14 +305,31 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     A threaded worker's tasks go through its engine (webhooks/engine.py) instead, which does the same
     for many deliveries at once.
     """
-    claim = delivery_claim(delivery_id=delivery_id)
+    trace = None
+    with tracing.batch("herald.claim.batch", 1) as claim_batch:
+        claim = delivery_claim(delivery_id=delivery_id)
+        if claim is not None and claim_batch is not None:
+            trace = tracing.delivery_traces({delivery_id: claim}, claim_batch,
+                                            {delivery_id: claim_batch.origin})[delivery_id]
     if claim is None:
         return None
     started_at = timezone.now()
-    result = transport.send(url=claim.url, body=claim.payload, headers=attempt_headers(claim),
+    headers = attempt_headers(claim)
+    if trace is not None:
+        trace.attempt_started(headers)  # adds the attempt's traceparent
+    result = transport.send(url=claim.url, body=claim.payload, headers=headers,
                             timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
                             allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-    return delivery_record(claim=claim, started_at=started_at, result=result)
+    if trace is None:
+        return delivery_record(claim=claim, started_at=started_at, result=result)
+    trace.attempt_finished(result)
+    status, record_batch = None, tracing.batch("herald.record.batch", 1)
+    try:
+        with record_batch:
+            status = delivery_record(claim=claim, started_at=started_at, result=result)
+    finally:
+        trace.recorded(status, record_batch)
+    return status
 
 
 @functools.lru_cache(maxsize=4)

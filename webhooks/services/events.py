@@ -7,7 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import event_types, ids
+from webhooks import event_types, ids, tracing
 from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, Tenant
@@ -38,8 +38,9 @@ WITH lists AS (
     SELECT ARRAY(SELECT jsonb_array_elements_text(%(channels)s::jsonb))::varchar[] AS channels,
            ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb))::varchar[] AS patterns
 ), event AS (
-    INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, created_at)
-    SELECT %(event_id)s, %(tenant)s, %(type)s, lists.channels, %(payload)s, %(request_id)s, %(now)s FROM lists
+    INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, traceparent, created_at)
+    SELECT %(event_id)s, %(tenant)s, %(type)s, lists.channels, %(payload)s, %(request_id)s, %(traceparent)s, %(now)s
+      FROM lists
     RETURNING id
 ), matched AS (
     SELECT e.id, e.kind, row_number() OVER (ORDER BY e.id) AS rank
@@ -75,13 +76,14 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     created_at = now or timezone.now()
     event = Event(id=ids.event_id(), tenant_id=tenant.pk, type=event_type, channels=channels,
                   created_at=created_at, request_id=request_id.get(),
+                  traceparent=tracing.current_traceparent() if tracing.ENABLED else None,
                   payload=build_payload(event_type=event_type, created_at=created_at, data=data))
     event.__dict__["_data"] = data  # Event.data, without parsing the body just built
     with connection.cursor() as cursor:
         cursor.execute(_INGEST_SQL, {
             "event_id": event.id, "tenant": tenant.pk, "type": event_type,
             "channels": json.dumps(channels), "payload": event.payload, "request_id": event.request_id,
-            "now": created_at, "patterns": json.dumps(matching_patterns(event_type)),
+            "traceparent": event.traceparent, "now": created_at, "patterns": json.dumps(matching_patterns(event_type)),
             "reserved": is_reserved(event_type), "only": only_endpoint_id,
             "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
         })

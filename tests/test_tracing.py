@@ -1,0 +1,199 @@
+"""Traces (SPEC §12): real gunicorn and Celery processes export to a local OTLP/HTTP receiver; one trace runs
+from the caller's span through the intake to every attempt of the event's deliveries, and on to the receiver."""
+import json
+import secrets
+import subprocess
+import sys
+
+import pytest
+import requests
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from tests.conftest import create_endpoint, subprocess_env, wait_until
+from tests.otlp import OtlpReceiver
+from tests.processes import ROOT, celery_beat, celery_worker, free_port, gunicorn, run_dir
+from tests.receiver import Answer
+from webhooks.models import Delivery, Event
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def otlp():
+    server = OtlpReceiver()
+    yield server
+    server.close()
+
+
+def _context_of(traceparent: str):
+    """(trace id, span id) a traceparent header names, read by OpenTelemetry's W3C propagator."""
+    context = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": traceparent}))
+    span_context = context.get_span_context()
+    assert span_context.is_valid, traceparent
+    return format(span_context.trace_id, "032x"), format(span_context.span_id, "016x")
+
+
+@pytest.mark.slow
+def test_one_trace_runs_from_the_callers_span_to_every_attempt_and_on_to_the_receiver(api, receiver, otlp, processes):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    server = processes(gunicorn(free_port(), workers=1, **env))
+    processes(celery_worker("tracing", concurrency=4, **env))
+    ok = create_endpoint(api, receiver.url("/ok"))
+    flaky = create_endpoint(api, receiver.url("/flaky"))
+    receiver.script("/flaky", Answer(status=503, body=b"busy"))  # then 200: a retry one second later
+
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {"n": 1}},
+                             timeout=20, headers={"Authorization": f"Bearer {api.token}",
+                                                  "Idempotency-Key": "trace-0001",
+                                                  "traceparent": f"00-{caller_trace}-{caller_span}-01"})
+    assert response.status_code == 202, response.content
+    event_id = response.json()["id"]
+    delivery_ids = [d["id"] for d in response.json()["deliveries"]]
+    wait_until(lambda: Delivery.objects.filter(pk__in=delivery_ids, status=Delivery.SUCCEEDED).count() == 2)
+    assert _context_of(Event.objects.get(pk=event_id).traceparent)[0] == caller_trace  # stored with the event
+
+    def complete(spans):
+        ours = [s for s in spans if s.trace_id == caller_trace]
+        return (sum(s.name == "herald.record" for s in ours) == 3
+                and sum(s.name == "herald.delivery" for s in ours) == 3
+                and any(s.name == "herald.outbox.publish" for s in spans))
+
+    spans = otlp.wait_for(complete)
+    ours = [s for s in spans if s.trace_id == caller_trace]
+    by_id = {s.span_id: s for s in ours}
+    _save(ours, spans)
+
+    # The caller's span is the parent of Herald's root, the intake request (Django's own instrumentation).
+    roots = [s for s in ours if s.parent_span_id not in by_id]
+    assert [(r.kind, r.service, r.parent_span_id) for r in roots] == [("SERVER", "herald-web", caller_span)]
+    request_span = roots[0]
+    assert request_span.attributes["http.response.status_code"] == 202
+    transaction_span, = [s for s in ours if s.name == "herald.intake.transaction"]
+    assert transaction_span.parent_span_id == request_span.span_id
+    # psycopg's instrumentation: the statements of the intake's transaction, inside it
+    assert any(s.attributes.get("db.system") == "postgresql" and s.parent_span_id == transaction_span.span_id
+               for s in ours)
+    # the doorbell rung after the commit (redis' instrumentation under our span, on the publisher's thread)
+    ring, = [s for s in ours if s.name == "herald.outbox.ring"]
+    assert ring.parent_span_id == transaction_span.span_id
+    assert any(s.parent_span_id == ring.span_id and s.attributes.get("db.system") == "redis" for s in ours)
+
+    # One trace across processes: the worker's spans are in it.
+    assert {s.service for s in ours} == {"herald-web", "herald-worker"}
+    deliveries = [s for s in ours if s.name == "herald.delivery"]
+    assert all(d.parent_span_id == transaction_span.span_id and d.service == "herald-worker" for d in deliveries)
+    delivery_to = dict(Delivery.objects.filter(pk__in=delivery_ids).values_list("endpoint_id", "id"))
+    assert sorted((d.attributes["herald.delivery_id"], d.attributes["herald.attempt"]) for d in deliveries) == sorted(
+        [(delivery_to[ok["id"]], 1), (delivery_to[flaky["id"]], 1), (delivery_to[flaky["id"]], 2)])
+    for delivery in deliveries:
+        children = sorted((s for s in ours if s.parent_span_id == delivery.span_id), key=lambda s: s.start_ns)
+        assert [s.name for s in children] == ["herald.claim", "POST", "herald.record"]
+        assert delivery.attributes["herald.status"] in ("succeeded", "pending")
+
+    # Each attempt: a CLIENT span with its status, duration, endpoint, attempt number and error.
+    attempts = [s for s in ours if s.kind == "CLIENT" and s.name == "POST"]
+    endpoint_of = {ok["id"]: "/ok", flaky["id"]: "/flaky"}
+    assert sorted((endpoint_of[a.attributes["herald.endpoint_id"]], a.attributes["herald.attempt"],
+                   a.attributes["http.response.status_code"], a.status_code) for a in attempts) == [
+        ("/flaky", 1, 503, 2), ("/flaky", 2, 200, 0), ("/ok", 1, 200, 0)]  # status 2: ERROR
+    for attempt in attempts:
+        assert attempt.attributes["http.request.method"] == "POST"
+        assert attempt.attributes["url.full"] == receiver.url(endpoint_of[attempt.attributes["herald.endpoint_id"]])
+        assert attempt.attributes["herald.delivery_id"] in delivery_ids
+        assert 0 <= attempt.attributes["herald.duration_ms"] < 2000
+    failed, = [a for a in attempts if a.status_code == 2]
+    assert failed.attributes["error.type"] == "503" and failed.status_message == "HTTP 503"
+
+    # The receiver got a traceparent of that trace: the attempt's own CLIENT span is its parent.
+    sent = [_context_of(r.headers["traceparent"]) for r in receiver.received]
+    assert sorted(sent) == sorted((caller_trace, a.span_id) for a in attempts)
+
+    # Batching: the relay's message carried ids of this event among others; its span links to our trace,
+    # and each delivery's span links to the Celery task that brought it (when one did) and to its claim batch.
+    publishes = [s for s in spans if s.name == "herald.outbox.publish" and s.service == "herald-worker"]
+    assert any((caller_trace, transaction_span.span_id, {}) in p.links for p in publishes)
+    runs = {s.span_id: s for s in spans if s.name.startswith("run/") and "deliver_many" in s.name}
+    first = [d for d in deliveries if d.attributes["herald.attempt"] == 1]
+    assert all(any(link[1] in runs for link in d.links) for d in first)
+    claim_batches = {s.span_id for s in spans if s.name == "herald.claim.batch"}
+    assert all(any(link[1] in claim_batches for link in d.links) for d in deliveries)
+
+
+@pytest.mark.slow
+def test_gunicorn_without_preload_and_a_solo_worker_trace_too(api, receiver, otlp, processes):
+    """gunicorn as gunicorn.conf.py starts it (post_fork sets each worker up before it loads the app) and a
+    solo worker (no engine or relay: beat's dispatcher publishes, and the task claims, sends and records
+    on its own thread: `delivery_attempt`)."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    server = processes(gunicorn(free_port(), workers=None, threads=None, **env))
+    processes(celery_worker("tracing-solo", concurrency=None, pool="solo", **env))
+    processes(celery_beat(**env))
+    endpoint = create_endpoint(api, receiver.url("/hook"))
+    dead = create_endpoint(api, f"http://127.0.0.1:{free_port()}/dead")  # nothing listens: connection refused
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {}}, timeout=20,
+                             headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": "trace-solo-1",
+                                      "traceparent": f"00-{caller_trace}-{caller_span}-01"})
+    assert response.status_code == 202, response.content
+    got, = receiver.wait_for(1, "/hook")
+
+    def complete(spans):
+        return {s.attributes.get("herald.endpoint_id") for s in spans
+                if s.trace_id == caller_trace and s.name == "herald.delivery"} >= {endpoint["id"], dead["id"]}
+
+    ours = [s for s in otlp.wait_for(complete) if s.trace_id == caller_trace]
+    request_span, = [s for s in ours if s.kind == "SERVER"]
+    assert request_span.parent_span_id == caller_span and request_span.service == "herald-web"
+    attempts = [s for s in ours if s.kind == "CLIENT" and s.name == "POST"]
+    refused = [s for s in attempts if s.attributes["herald.endpoint_id"] == dead["id"]]
+    assert refused and all(s.status_code == 2 and s.attributes["error.type"] == "connection_error"
+                           and "Connection refused" in s.attributes["herald.error"]
+                           and "http.response.status_code" not in s.attributes for s in refused)
+    attempt, = [s for s in attempts if s.attributes["herald.endpoint_id"] == endpoint["id"]]
+    assert attempt.service == "herald-worker"
+    assert attempt.attributes["http.response.status_code"] == 200 and attempt.attributes["herald.attempt"] == 1
+    assert _context_of(got.headers["traceparent"]) == (caller_trace, attempt.span_id)
+
+
+def _save(ours, spans) -> None:
+    """The captured trace, for docs/tracing.png (scripts/render-trace draws it)."""
+    out = run_dir("trace") / "trace.json"
+    out.write_text(json.dumps({"trace": [s.as_dict() for s in ours],
+                               "other": [s.as_dict() for s in spans if s not in ours]}, indent=1))
+    (ROOT / "tests" / "artifacts" / "last-trace.json").write_text(out.read_text())
+
+
+_PROBE = """
+import json, sys
+import config.wsgi
+from config.celery import _start_tracing, _start_tracing_in_child
+from django.conf import settings
+from webhooks import tracing
+_start_tracing()
+_start_tracing_in_child()
+from opentelemetry import trace
+# redis-py imports OpenTelemetry's metrics SDK for its own (off) observability: not ours to judge here
+ours = ("opentelemetry.sdk.trace", "opentelemetry.exporter", "opentelemetry.instrumentation")
+print(json.dumps({"enabled": tracing.ENABLED, "sdk": sorted(m for m in sys.modules if m.startswith(ours)),
+                  "provider": type(trace.get_tracer_provider()).__name__,
+                  "middleware": [m for m in settings.MIDDLEWARE if "opentelemetry" in m]}))
+"""
+
+
+@pytest.mark.parametrize("endpoint", ["", "http://127.0.0.1:9"])
+def test_without_the_variable_no_provider_exporter_or_instrumentation_is_installed(endpoint):
+    """The web process's start (config/wsgi.py) and the worker's (both Celery signals) as they run, in a
+    process of their own; with the variable set the same start installs them (the test can tell)."""
+    env = subprocess_env(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    probe = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    if endpoint:
+        assert seen["enabled"] and seen["provider"] == "TracerProvider" and seen["sdk"]
+        assert seen["middleware"] == [
+            "opentelemetry.instrumentation.django.middleware.otel_middleware._DjangoMiddleware"]
+    else:
+        assert seen == {"enabled": False, "sdk": [], "provider": "ProxyTracerProvider", "middleware": []}
