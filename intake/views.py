@@ -206,6 +206,8 @@ class EventTypeListCreateView(APIView):
     """GET: the deployment's event-type catalog (any credential). POST: add a type (platform credential)."""
 
     permission_classes = [ReadByAnyWriteByPlatform]
+    problems = {"403": "`forbidden`: writing the catalog takes a platform credential",
+                "409": "`conflict`: an event type of this name exists"}
 
     @extend_schema(operation_id="event_types_list", parameters=[PageParams], responses=io.EventTypePageOutput)
     def get(self, request):
@@ -230,6 +232,8 @@ class EventTypeDetailView(APIView):
     """GET, PATCH or DELETE one catalog entry by name (platform credential)."""
 
     permission_classes = [IsPlatformCredential]
+    problems = {"403": "`forbidden`: one entry is read and changed with a platform credential (any credential "
+                       "reads the list)"}
 
     @staticmethod
     def found(name):
