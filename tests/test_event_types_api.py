@@ -299,3 +299,29 @@ def test_a_list_of_many_bad_items_answers_with_a_bounded_list_of_errors(platform
     errors = response.json()["errors"]
     assert len(errors) == event_schemas.MAX_ERRORS
     assert all(len(message) <= event_schemas.MAX_MESSAGE_CHARS for messages in errors.values() for message in messages)
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_5xx_in_the_catalog_written_by_the_platform(platform, tmp_path):
+    """Generated names, schemas and examples (any JSON) against the live server, with the platform token."""
+    import re
+    import subprocess
+
+    from tests.processes import BIN, ROOT, free_port, gunicorn
+
+    _create(platform, name="invoice.paid", schema=INVOICE_SCHEMA)
+    server = gunicorn(free_port(), workers=2, threads=4)
+    try:
+        result = subprocess.run(
+            [str(BIN / "st"), "run", f"{server.url}/api/schema/", "--url", server.url,
+             "-H", f"Authorization: Bearer {platform.token}", "--include-path-regex", "event-types",
+             "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
+                         "response_schema_conformance",
+             "--max-examples", "60", "--seed", "11", "--workers", "2", "--request-timeout", "20",
+             "--phases", "examples,coverage,fuzzing", "--no-color", "--generation-database", "none"],
+            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:] + server.output()[-3000:]
+    generated = re.search(r"(\d+) generated", result.stdout)
+    assert generated and int(generated.group(1)) >= 100, result.stdout[-3000:]
