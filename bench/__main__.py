@@ -18,11 +18,11 @@ LUA = Path(__file__).resolve().parent / "post.lua"
 
 
 def wrk(url: str, *, mode: str, token: str, path: str, connections: int, seconds: float,
-        run: str | None = None) -> dict:
+        run: str | None = None, event_type: str = "invoice.paid") -> dict:
     run = run or uuid.uuid4().hex[:10]
     threads = 1 if connections == 1 else 2
     argv = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
-            "-s", str(LUA), url, "--", mode, token, run, path]
+            "-s", str(LUA), url, "--", mode, token, run, path, event_type]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRKJSON "))
     result = json.loads(line.removeprefix("WRKJSON "))
@@ -130,6 +130,56 @@ class Bench:
                       f"errors {result['errors']} non2xx {result['non2xx']} rounds {result['rounds_rps']} "
                       f"p99s {result['rounds_p99_ms']}", flush=True)
         self.results["intake"] = rows
+        self.cancel_backlog()
+
+    # A catalog entry as a platform would write one: the bench's body ({"invoice": "in_1", "amount": 1200})
+    # matches it; `lines` and the formats are there to be checked when present.
+    CATALOG_SCHEMA = {
+        "type": "object",
+        "properties": {
+            "invoice": {"type": "string", "pattern": "^in_[A-Za-z0-9]+$", "maxLength": 64},
+            "amount": {"type": "integer", "minimum": 0},
+            "currency": {"type": "string", "enum": ["eur", "usd", "gbp"]},
+            "lines": {"type": "array", "items": {"type": "object", "required": ["sku", "quantity"],
+                                                 "properties": {"sku": {"type": "string"},
+                                                                "quantity": {"type": "integer", "minimum": 1}}}},
+            "paid_at": {"type": "string", "format": "date-time"},
+        },
+        "required": ["invoice", "amount"],
+        "additionalProperties": False,
+    }
+
+    def catalog(self):
+        """The cost of a JSON Schema at intake (SPEC §12): first executions at c=16 of a type whose catalog
+        entry has a schema against a type outside the catalog, same body otherwise, same server; `--rounds`
+        alternating rounds, medians. Target: the schema'd type's req/s within 10 % of the other's."""
+        from webhooks.services.event_catalog import event_type_create
+
+        event_type_create(name="bench.schemad", description="bench", schema=self.CATALOG_SCHEMA,
+                          example={"invoice": "in_1", "amount": 1200})
+        path = "/api/v1/events"
+        kinds = (("plain", "bench.plain"), ("schemad", "bench.schemad"))
+        for _, event_type in kinds:  # warm: every gunicorn thread compiles its validator before the measurement
+            wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=16, seconds=1,
+                event_type=event_type)
+        runs: dict[str, list[dict]] = {name: [] for name, _ in kinds}
+        for _ in range(self.rounds):
+            for name, event_type in kinds:
+                result = wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=16,
+                             seconds=self.seconds, event_type=event_type)
+                assert result["non2xx"] == 0 and result["errors"] == 0, result
+                runs[name].append(result)
+                self.purge_queue()
+        medians = {name: sorted(results, key=lambda r: r["rps"])[len(results) // 2] for name, results in runs.items()}
+        row = {"plain_rps": medians["plain"]["rps"], "schemad_rps": medians["schemad"]["rps"],
+               "ratio": medians["schemad"]["rps"] / medians["plain"]["rps"],
+               "plain_p99_ms": statistics.median(r["p99_ms"] for r in runs["plain"]),
+               "schemad_p99_ms": statistics.median(r["p99_ms"] for r in runs["schemad"]),
+               "rounds_rps": {name: [round(r["rps"]) for r in results] for name, results in runs.items()}}
+        self.results["catalog"] = row
+        print(f"catalog: intake of a schema'd type {row['schemad_rps']:.0f} req/s, of a type without one "
+              f"{row['plain_rps']:.0f} req/s: ratio {row['ratio']:.3f} (rounds {row['rounds_rps']}); p99 "
+              f"{row['schemad_p99_ms']:.1f} / {row['plain_p99_ms']:.1f} ms", flush=True)
         self.cancel_backlog()
 
     def cancel_backlog(self):
@@ -853,7 +903,7 @@ class Bench:
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
+            for name in ("intake", "catalog", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
                          "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
@@ -924,7 +974,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
+    parser.add_argument("--only", help="comma-separated: intake,catalog,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
                                        "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,memory")
     args = parser.parse_args()
     Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
