@@ -185,18 +185,40 @@ class Bench:
             timings.append((time.perf_counter() - started) / 2000 * 1e6)
         single = wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=1,
                      seconds=self.seconds, event_type="bench.plain")
+        ingest_us = self.ingest_us([event_type for _, event_type in kinds], data)
         row = {"plain_rps": medians["plain"]["rps"], "schemad_rps": medians["schemad"]["rps"],
                "ratio": medians["schemad"]["rps"] / medians["plain"]["rps"],
                "plain_p99_ms": statistics.median(r["p99_ms"] for r in runs["plain"]),
                "schemad_p99_ms": statistics.median(r["p99_ms"] for r in runs["schemad"]),
                "rounds_rps": {name: [round(r["rps"]) for r in results] for name, results in runs.items()},
-               "validation_us": round(min(timings), 1), "request_c1_mean_ms": round(single["mean_ms"], 2)}
+               "validation_us": round(min(timings), 1), "request_c1_mean_ms": round(single["mean_ms"], 2),
+               "ingest_us": ingest_us}
         self.results["catalog"] = row
         print(f"catalog: intake of a schema'd type {row['schemad_rps']:.0f} req/s, of a type without one "
               f"{row['plain_rps']:.0f} req/s: ratio {row['ratio']:.3f} (rounds {row['rounds_rps']}); p99 "
               f"{row['schemad_p99_ms']:.1f} / {row['plain_p99_ms']:.1f} ms; one validation {row['validation_us']} us "
-              f"against a request's {row['request_c1_mean_ms']} ms at c=1", flush=True)
+              f"against a request's {row['request_c1_mean_ms']} ms at c=1; event_ingest in this process "
+              f"{ingest_us}", flush=True)
         self.cancel_backlog()
+
+    def ingest_us(self, event_types: list[str], data) -> dict[str, float]:
+        """event_ingest alone (its statement and the check), per type, in this process: alternating batches of
+        200, each in a transaction rolled back; the median batch's mean, in microseconds."""
+        from django.db import transaction
+
+        from webhooks.services.events import event_ingest
+
+        tenant = self.credential.tenant
+        batches: dict[str, list[float]] = {event_type: [] for event_type in event_types}
+        for _ in range(7):
+            for event_type in event_types:
+                with transaction.atomic():
+                    started = time.perf_counter()
+                    for _ in range(200):
+                        event_ingest(tenant=tenant, event_type=event_type, data=data, channels=[])
+                    batches[event_type].append((time.perf_counter() - started) / 200 * 1e6)
+                    transaction.set_rollback(True)
+        return {event_type: round(statistics.median(times), 1) for event_type, times in batches.items()}
 
     def cancel_backlog(self):
         from django.db import connection

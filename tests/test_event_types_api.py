@@ -325,3 +325,42 @@ def test_schemathesis_finds_no_5xx_in_the_catalog_written_by_the_platform(platfo
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:] + server.output()[-3000:]
     generated = re.search(r"(\d+) generated", result.stdout)
     assert generated and int(generated.group(1)) >= 100, result.stdout[-3000:]
+
+
+def test_a_schema_never_makes_herald_fetch_a_ref(platform, api):
+    """jsonschema, left to itself, fetches an unknown `$ref` URL: a schema could make Herald call any address.
+    A real local server counts what reaches it, on write and at intake."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            body = b'{"type": "integer"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/schema.json"
+    try:
+        refused = platform.post("event-types", {"name": "remote.ref", "schema": {
+            "type": "object", "properties": {"amount": {"$ref": url}}}})
+        assert refused.status_code == 400
+        assert list(refused.json()["errors"]) == ["/schema/properties/amount/$ref"]
+        # under a subschema with an $id of its own the ref is left to validation time: refused there, not fetched
+        _create(platform, name="nested.ref", schema={"type": "object", "properties": {
+            "amount": {"$id": "https://schemas.example/amount", "$ref": url}}})
+        at_intake = api.post("events", {"type": "nested.ref", "data": {"amount": 5}})
+        assert at_intake.status_code == 400 and list(at_intake.json()["errors"]) == ["/data"]
+    finally:
+        server.shutdown()
+    assert hits == []
+    assert not Event.objects.exists()

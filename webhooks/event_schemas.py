@@ -11,12 +11,25 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS
+from referencing import Registry
 from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_ERRORS = 20        # a list of 10,000 bad items answers with the first few, not a 10,000-line body
 MAX_MESSAGE_CHARS = 300  # jsonschema's messages quote the instance, which can be the whole body
 MAX_CACHED = 1000      # validators held per process (one per schema'd type in use)
+
+# The meta-schemas and nothing else: without a registry of its own, jsonschema fetches an unknown `$ref`
+# URL with urllib (deprecated, but still so in 4.x), which would let a schema make Herald call any
+# address. An empty Registry has no `retrieve`: such a `$ref` is Unresolvable instead.
+_NO_RETRIEVAL = Registry()
+
+
+def compile_schema(schema: dict) -> Draft202012Validator:
+    """A validator of a checked schema that never fetches anything."""
+    return Draft202012Validator(schema, registry=_NO_RETRIEVAL)
 
 
 class SchemaInvalid(Exception):
@@ -48,11 +61,12 @@ def schema_check(schema: Any, *, pointer: str = "/schema") -> Draft202012Validat
         raise SchemaInvalid({pointer + _pointer(exc.absolute_path): [_short(exc.message)]}) from None
     except RecursionError:
         raise SchemaInvalid({pointer: ["The schema is nested too deeply."]}) from None
-    validator = Draft202012Validator(schema)
+    validator = compile_schema(schema)
+    resolver = SPECIFICATIONS.combine(_NO_RETRIEVAL).resolver_with_root(DRAFT202012.create_resource(schema))
     problems = {}
     for path, ref in _refs(schema, ()):
         try:
-            validator._resolver.lookup(ref)  # the public way (referencing) needs the same resolver
+            resolver.lookup(ref)
         except Unresolvable:
             problems[pointer + _pointer(path)] = [f"$ref {ref!r} does not resolve within this schema."]
         if len(problems) >= MAX_ERRORS:
@@ -126,7 +140,7 @@ def type_validator(event_type: str, digest: str, schema: Any | None) -> Draft202
             digest = schema_digest(schema)
         if isinstance(schema, str):  # jsonb from a raw cursor: Django has psycopg hand it over as text
             schema = json.loads(schema)
-        validator = Draft202012Validator(schema)
+        validator = compile_schema(schema)
         if len(_validators) >= MAX_CACHED:
             _validators.clear()
             _digest_of.clear()
