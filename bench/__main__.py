@@ -18,11 +18,11 @@ LUA = Path(__file__).resolve().parent / "post.lua"
 
 
 def wrk(url: str, *, mode: str, token: str, path: str, connections: int, seconds: float,
-        run: str | None = None) -> dict:
+        run: str | None = None, event_type: str = "invoice.paid") -> dict:
     run = run or uuid.uuid4().hex[:10]
     threads = 1 if connections == 1 else 2
     argv = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s", "--timeout", "10s",
-            "-s", str(LUA), url, "--", mode, token, run, path]
+            "-s", str(LUA), url, "--", mode, token, run, path, event_type]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRKJSON "))
     result = json.loads(line.removeprefix("WRKJSON "))
@@ -40,7 +40,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
-PARTS = ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
+PARTS = ("intake", "catalog", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
          "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory", "tracing")
 
 class Bench:
@@ -135,6 +135,95 @@ class Bench:
                       f"p99s {result['rounds_p99_ms']}", flush=True)
         self.results["intake"] = rows
         self.cancel_backlog()
+
+    # A catalog entry as a platform would write one: the bench's body ({"invoice": "in_1", "amount": 1200})
+    # matches it; `lines` and the formats are there to be checked when present.
+    CATALOG_SCHEMA = {
+        "type": "object",
+        "properties": {
+            "invoice": {"type": "string", "pattern": "^in_[A-Za-z0-9]+$", "maxLength": 64},
+            "amount": {"type": "integer", "minimum": 0},
+            "currency": {"type": "string", "enum": ["eur", "usd", "gbp"]},
+            "lines": {"type": "array", "items": {"type": "object", "required": ["sku", "quantity"],
+                                                 "properties": {"sku": {"type": "string"},
+                                                                "quantity": {"type": "integer", "minimum": 1}}}},
+            "paid_at": {"type": "string", "format": "date-time"},
+        },
+        "required": ["invoice", "amount"],
+        "additionalProperties": False,
+    }
+
+    def catalog(self):
+        """The cost of a JSON Schema at intake (SPEC §12): first executions at c=16 of a type whose catalog
+        entry has a schema against a type outside the catalog, same body otherwise, same server; `--rounds`
+        alternating rounds, medians. Target: the schema'd type's req/s within 10 % of the other's."""
+        from webhooks.services.event_catalog import event_type_create
+
+        event_type_create(name="bench.schemad", description="bench", schema=self.CATALOG_SCHEMA,
+                          example={"invoice": "in_1", "amount": 1200})
+        path = "/api/v1/events"
+        kinds = (("plain", "bench.plain"), ("schemad", "bench.schemad"))
+        for _, event_type in kinds:  # warm: every gunicorn thread compiles its validator before the measurement
+            wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=16, seconds=1,
+                event_type=event_type)
+        runs: dict[str, list[dict]] = {name: [] for name, _ in kinds}
+        for round_ in range(self.rounds):
+            # ABBA order: the second run of a round meets the tables (and autovacuum) the first one grew
+            for name, event_type in kinds if round_ % 2 == 0 else kinds[::-1]:
+                result = wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=16,
+                             seconds=self.seconds, event_type=event_type)
+                assert result["non2xx"] == 0 and result["errors"] == 0, result
+                runs[name].append(result)
+                self.purge_queue()
+        medians = {name: sorted(results, key=lambda r: r["rps"])[len(results) // 2] for name, results in runs.items()}
+        # What the check itself costs, in this process, apart from the noise of a shared machine: one validation
+        # of the bench's data with the held validator, against the request's whole time at c=1 (CPU and waits).
+        from webhooks import event_schemas
+
+        validator = event_schemas.schema_check(self.CATALOG_SCHEMA)
+        data = {"invoice": "in_1", "amount": 1200}
+        timings = []
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(2000):
+                event_schemas.instance_errors(validator, data, pointer="/data")
+            timings.append((time.perf_counter() - started) / 2000 * 1e6)
+        single = wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=1,
+                     seconds=self.seconds, event_type="bench.plain")
+        ingest_us = self.ingest_us([event_type for _, event_type in kinds], data)
+        row = {"plain_rps": medians["plain"]["rps"], "schemad_rps": medians["schemad"]["rps"],
+               "ratio": medians["schemad"]["rps"] / medians["plain"]["rps"],
+               "plain_p99_ms": statistics.median(r["p99_ms"] for r in runs["plain"]),
+               "schemad_p99_ms": statistics.median(r["p99_ms"] for r in runs["schemad"]),
+               "rounds_rps": {name: [round(r["rps"]) for r in results] for name, results in runs.items()},
+               "validation_us": round(min(timings), 1), "request_c1_mean_ms": round(single["mean_ms"], 2),
+               "ingest_us": ingest_us}
+        self.results["catalog"] = row
+        print(f"catalog: intake of a schema'd type {row['schemad_rps']:.0f} req/s, of a type without one "
+              f"{row['plain_rps']:.0f} req/s: ratio {row['ratio']:.3f} (rounds {row['rounds_rps']}); p99 "
+              f"{row['schemad_p99_ms']:.1f} / {row['plain_p99_ms']:.1f} ms; one validation {row['validation_us']} us "
+              f"against a request's {row['request_c1_mean_ms']} ms at c=1; event_ingest in this process "
+              f"{ingest_us}", flush=True)
+        self.cancel_backlog()
+
+    def ingest_us(self, event_types: list[str], data) -> dict[str, float]:
+        """event_ingest alone (its statement and the check), per type, in this process: alternating batches of
+        200, each in a transaction rolled back; the median batch's mean, in microseconds."""
+        from django.db import transaction
+
+        from webhooks.services.events import event_ingest
+
+        tenant = self.credential.tenant
+        batches: dict[str, list[float]] = {event_type: [] for event_type in event_types}
+        for round_ in range(7):
+            for event_type in event_types if round_ % 2 == 0 else event_types[::-1]:
+                with transaction.atomic():
+                    started = time.perf_counter()
+                    for _ in range(200):
+                        event_ingest(tenant=tenant, event_type=event_type, data=data, channels=[])
+                    batches[event_type].append((time.perf_counter() - started) / 200 * 1e6)
+                    transaction.set_rollback(True)
+        return {event_type: round(statistics.median(times), 1) for event_type, times in batches.items()}
 
     def cancel_backlog(self):
         from django.db import connection

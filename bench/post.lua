@@ -1,5 +1,5 @@
 -- wrk script: POST an event with an Idempotency-Key chosen by mode (first | replay | mix).
--- args: mode token run_id path
+-- args: mode token run_id path [event type, default invoice.paid]
 local threads = 0
 
 function setup(thread)
@@ -9,8 +9,9 @@ end
 
 function init(args)
   mode, token, run, path = args[1], args[2], args[3], args[4]
+  local event_type = args[5] or "invoice.paid"
   n = 0
-  body = '{"type":"invoice.paid","data":{"invoice":"in_1","amount":1200}}'
+  body = '{"type":"' .. event_type .. '","data":{"invoice":"in_1","amount":1200}}'
   math.randomseed(tid * 7919)
 end
 

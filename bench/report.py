@@ -8,6 +8,7 @@ TARGETS = {
     "intake_first": ("intake first execution vs floor", ">= 0.70x"),
     "intake_replay": ("intake replay vs floor", ">= 1.00x"),
     "intake_p99_c16": ("intake p99 vs floor's, c=16 (first)", "<= 2.00x"),
+    "catalog": ("intake of a type with a JSON Schema vs one without (c=16, first)", ">= 0.90x"),
     "delivery": ("delivery vs Celery floor, fast receiver (1 worker, 100 threads)", ">= 0.80x"),
     "slow_receivers": ("deliveries/s, 100 endpoints answering after 200 ms (1 default worker)", ">= 2,000"),
     "noisy_neighbour": ("healthy endpoint p99 beside a hanging one", "<= 1000 ms"),
@@ -48,6 +49,10 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
             ratio = herald_p99 / floor_p99
             rows.append((*TARGETS["intake_p99" + (suffix or "_c16")],
                          f"{ratio:.2f}x ({herald_p99:.1f} / {floor_p99:.1f} ms)", ratio <= 2))
+    if "catalog" in results:
+        c = results["catalog"]
+        rows.append((*TARGETS["catalog"], f"{c['ratio']:.2f}x ({c['schemad_rps']:.0f} / {c['plain_rps']:.0f} req/s)",
+                     c["ratio"] >= 0.9))
     if "delivery" in results:
         ratio = results["delivery"][-1]["ratio"]
         rows.append((*TARGETS["delivery"], f"{ratio:.2f}x", ratio >= 0.8))

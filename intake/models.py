@@ -8,6 +8,11 @@ class ApiCredential(models.Model):
     """A bearer token of a tenant; only its SHA-256 is stored, the token is shown once."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credentials")
+    # SPEC §10: a platform credential manages the deployment (the event-type catalog, §12); read through
+    # intake.permissions.credential_is_platform only. (Branch i22-platform owns this field; same name, values.)
+    TENANT = "tenant"
+    PLATFORM = "platform"
+    kind = models.CharField(max_length=16, choices=[(TENANT, "tenant"), (PLATFORM, "platform")], default=TENANT)
     name = models.CharField(max_length=200, blank=True, default="")
     token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
     token_hash = models.CharField(max_length=64, unique=True)

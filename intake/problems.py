@@ -6,6 +6,8 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
+from intake.permissions import Forbidden
+
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://herald.dev/problems/"
 
@@ -24,6 +26,8 @@ TITLES = {
     "request_timeout": "Request timeout",
     "request_header_fields_too_large": "Request header fields too large",
     "permission_denied": "Permission denied",
+    "forbidden": "Forbidden",
+    "conflict": "Conflict",
     "server_error": "Internal server error",
 }
 
@@ -66,6 +70,8 @@ def _code_for(exc: exceptions.APIException) -> str:
         return "method_not_allowed"
     if isinstance(exc, exceptions.Throttled):
         return "throttled"
+    if isinstance(exc, Forbidden):
+        return "forbidden"
     if isinstance(exc, exceptions.PermissionDenied):
         return "permission_denied"
     return getattr(exc, "default_code", "error")
@@ -113,6 +119,13 @@ class NotFound(exceptions.NotFound):
 
     default_detail = "No such object."
 
+
+class Conflict(exceptions.APIException):
+    """The object exists already (a name or uid that must be unique): 409 `conflict`."""
+
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "It exists already."
 
 
 def server_error(request, *args, **kwargs) -> HttpResponse:

@@ -68,6 +68,10 @@ class HeraldAutoSchema(AutoSchema):
         problems["429"] = _THROTTLED + (", with the same key" if writes else "")
         if "{" in path:
             problems["404"] = "`not_found`: no such object for this tenant"
+        for status, description in getattr(self.view, "problems", {}).items():  # the view's own (403, 409)
+            if status in problems and status == "409":
+                description = problems[status] + "; or " + description
+            problems[status] = description
         if writes and settings.IDEMPOTENCY_MISMATCH_STATUS != 409:
             problems[str(settings.IDEMPOTENCY_MISMATCH_STATUS)] = "`idempotency_key_reused`"
         for status, description in problems.items():

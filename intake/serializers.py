@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event, EventType
 from webhooks.services import polling
 from webhooks.services.endpoints import endpoint_max_in_flight
 
@@ -230,6 +230,27 @@ class DeliveryFilterInput(serializers.Serializer):
     event = serializers.CharField(required=False, max_length=40)
 
 
+class EventTypeCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=MAX_EVENT_TYPE_LENGTH, help_text="The event type, e.g. invoice.paid.")
+    description = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    schema = serializers.JSONField(required=False, allow_null=True, default=None, help_text=(
+        "A JSON Schema (draft 2020-12) that an event's `data` must match at intake; null: no check."))
+    example = serializers.JSONField(required=False, allow_null=True, default=None, help_text=(
+        "An example of `data`; it must match `schema`."))
+
+
+class EventTypeUpdateInput(serializers.Serializer):
+    description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    schema = serializers.JSONField(required=False, allow_null=True)
+    example = serializers.JSONField(required=False, allow_null=True)
+
+
+class EventTypeOutput(serializers.ModelSerializer):
+    class Meta:
+        model = EventType
+        fields = ["id", "name", "description", "schema", "example", "created_at", "updated_at"]
+
+
 def _page(name: str, item_serializer) -> type[serializers.Serializer]:
     """The list envelope `{"data": [...], "next_cursor": ...}`, for the OpenAPI schema."""
     return type(name, (serializers.Serializer,), {
@@ -241,6 +262,7 @@ def _page(name: str, item_serializer) -> type[serializers.Serializer]:
 EndpointPageOutput = _page("EndpointPage", EndpointOutput)
 EventPageOutput = _page("EventPage", EventOutput)
 DeliveryPageOutput = _page("DeliveryPage", DeliveryOutput)
+EventTypePageOutput = _page("EventTypePage", EventTypeOutput)
 
 
 class MessagesQueryInput(serializers.Serializer):

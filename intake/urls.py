@@ -17,4 +17,6 @@ urlpatterns = [
     path("deliveries", views.DeliveryListView.as_view(), name="delivery-list"),
     path("deliveries/<str:delivery_id>", views.DeliveryDetailView.as_view(), name="delivery-detail"),
     path("deliveries/<str:delivery_id>/retry", views.DeliveryRetryView.as_view(), name="delivery-retry"),
+    path("event-types", views.EventTypeListCreateView.as_view(), name="event-type-list"),
+    path("event-types/<str:name>", views.EventTypeDetailView.as_view(), name="event-type-detail"),
 ]

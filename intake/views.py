@@ -18,12 +18,14 @@ from intake.longpoll import ENVIRON_KEY as longpoll_environ_key
 from intake.longpoll import LongPoll
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
-from intake.problems import NotFound
 from intake.links import portal_link_url
+from intake.permissions import IsPlatformCredential, ReadByAnyWriteByPlatform
+from intake.problems import Conflict, NotFound
 from webhooks import selectors
 from webhooks.models import Delivery, Endpoint
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
+from webhooks.services import event_catalog
 from webhooks.services import events as event_services
 from webhooks.services import polling
 from webhooks.services import portal as portal_services
@@ -206,8 +208,11 @@ class EventListCreateView(TenantAPIView):
     @extend_schema(operation_id="events_create", request=io.EventCreateInput, responses={202: io.EventOutput})
     def post(self, request):
         data = io.event_create_input(request.data) or _validated(io.EventCreateInput, request.data)
-        event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
-                                            channels=data["channels"])
+        try:
+            event = event_services.event_ingest(tenant=self.tenant, event_type=data["type"], data=data["data"],
+                                                channels=data["channels"])
+        except event_services.EventDataInvalid as exc:  # the insert rolls back with this 400
+            raise serializers.ValidationError(exc.errors) from None
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": reverse("event-detail", args=[event.id])})
 
@@ -253,3 +258,63 @@ class DeliveryRetryView(TenantAPIView):
         except Delivery.DoesNotExist:  # deleted by retention (past EVENT_RETENTION_DAYS) meanwhile
             raise NotFound() from None
         return Response(io.DeliveryOutput(delivery).data, status=status.HTTP_202_ACCEPTED)
+
+
+class EventTypeListCreateView(APIView):
+    """GET: the deployment's event-type catalog (any credential). POST: add a type (platform credential)."""
+
+    permission_classes = [ReadByAnyWriteByPlatform]
+    problems = {"403": "`forbidden`: writing the catalog takes a platform credential",
+                "409": "`conflict`: an event type of this name exists"}
+
+    @extend_schema(operation_id="event_types_list", parameters=[PageParams], responses=io.EventTypePageOutput)
+    def get(self, request):
+        rows, next_cursor = paginate(selectors.event_type_list(), query_params=request.query_params)
+        return Response({"data": io.EventTypeOutput(rows, many=True).data, "next_cursor": next_cursor})
+
+    @extend_schema(operation_id="event_types_create", request=io.EventTypeCreateInput,
+                   responses={201: io.EventTypeOutput})
+    def post(self, request):
+        data = _validated(io.EventTypeCreateInput, request.data)
+        try:
+            event_type = event_catalog.event_type_create(**data)
+        except event_catalog.EventTypeInvalid as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        except event_catalog.EventTypeExists:
+            raise Conflict(f"The event type {data['name']!r} exists already.") from None
+        return Response(io.EventTypeOutput(event_type).data, status=status.HTTP_201_CREATED,
+                        headers={"Location": reverse("event-type-detail", args=[event_type.name])})
+
+
+class EventTypeDetailView(APIView):
+    """GET, PATCH or DELETE one catalog entry by name (platform credential)."""
+
+    permission_classes = [IsPlatformCredential]
+    problems = {"403": "`forbidden`: one entry is read and changed with a platform credential (any credential "
+                       "reads the list)"}
+
+    @staticmethod
+    def found(name):
+        event_type = selectors.event_type_get(name=name)
+        if event_type is None:
+            raise NotFound()
+        return event_type
+
+    @extend_schema(operation_id="event_types_retrieve", responses=io.EventTypeOutput)
+    def get(self, request, name):
+        return Response(io.EventTypeOutput(self.found(name)).data)
+
+    @extend_schema(operation_id="event_types_update", request=io.EventTypeUpdateInput, responses=io.EventTypeOutput)
+    def patch(self, request, name):
+        event_type = self.found(name)
+        data = _validated(io.EventTypeUpdateInput, request.data, partial=True)
+        try:
+            event_type = event_catalog.event_type_update(event_type=event_type, **data)
+        except event_catalog.EventTypeInvalid as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        return Response(io.EventTypeOutput(event_type).data)
+
+    @extend_schema(operation_id="event_types_delete", responses={204: None})
+    def delete(self, request, name):
+        event_catalog.event_type_delete(event_type=self.found(name))
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -16,6 +16,7 @@ urlpatterns = [
     path("deliveries", views.deliveries, name="deliveries"),
     path("deliveries/<str:delivery_id>", views.delivery_detail, name="delivery"),
     path("deliveries/<str:delivery_id>/resend", views.delivery_resend, name="delivery-resend"),
+    path("event-types", views.event_types, name="event-types"),
     path("events", views.events, name="events"),
     path("events/<str:event_id>", views.event_detail, name="event"),
 ]

@@ -131,7 +131,8 @@ def endpoints(request):
 
 
 def _form_data(post) -> dict:
-    """The endpoint form's fields as the API's input takes them (lists from comma-separated text)."""
+    """The endpoint form's fields as the API's input takes them (lists from comma-separated text; the
+    event types also from the catalog's checkboxes, ticked ones first)."""
     data = {}
     for name in ("url", "description", "ordering"):
         if name in post:
@@ -139,6 +140,9 @@ def _form_data(post) -> dict:
     for name in ("event_types", "channels"):
         if name in post:
             data[name] = [item.strip() for item in post[name].split(",") if item.strip()]
+    if "event_types" in post:
+        data["event_types"] = list(dict.fromkeys(
+            [name.strip() for name in post.getlist("catalog_type") if name.strip()] + data["event_types"]))
     for name in ("max_in_flight", "throttle_rate"):
         if name in post:
             data[name] = post[name].strip() or None
@@ -147,15 +151,26 @@ def _form_data(post) -> dict:
     return data
 
 
-def _form(endpoint: Endpoint | None, values: dict | None) -> dict[str, str]:
-    """What the endpoint form's fields show: what was just submitted, else the endpoint's own values."""
+def _form(endpoint: Endpoint | None, values: dict | None) -> dict:
+    """What the endpoint form's fields show: what was just submitted, else the endpoint's own values. The
+    catalog's types are offered as checkboxes (`catalog`: name, description, ticked); the text field holds
+    the other types and patterns (`invoice.*`)."""
+    def raw(name, default=""):
+        return (values or {}).get(name, getattr(endpoint, name, default) if endpoint is not None else default)
+
     def shown(name, default=""):
-        value = (values or {}).get(name, getattr(endpoint, name, default) if endpoint is not None else default)
+        value = raw(name, default)
         if isinstance(value, list):
             return ", ".join(value)
         return "" if value is None else str(value)
-    return {name: shown(name) for name in ("url", "description", "event_types", "channels", "max_in_flight",
-                                           "throttle_rate")} | {"ordering": shown("ordering", Endpoint.UNORDERED)}
+    catalog = list(selectors.event_type_list().values_list("name", "description"))
+    names = {name for name, _ in catalog}
+    chosen = raw("event_types", []) or []
+    form = {name: shown(name) for name in ("url", "description", "channels", "max_in_flight", "throttle_rate")}
+    return form | {"ordering": shown("ordering", Endpoint.UNORDERED),
+                   "event_types": ", ".join(item for item in chosen if item not in names),
+                   "catalog": [{"name": name, "description": description, "ticked": name in chosen}
+                               for name, description in catalog]}
 
 
 def _errors(serializer) -> dict[str, str]:
@@ -290,3 +305,15 @@ def event_detail(request, event_id: str):
     return render(request, "portal/event.html", {
         "event": event, "payload": json.dumps(event.data, indent=2, ensure_ascii=False),
         "deliveries": selectors.delivery_list(tenant=request.tenant, event_id=event.pk).select_related("event")})
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def event_types(request):
+    """The deployment's event-type catalog: what each type means, its schema and an example of its data."""
+    rows = [{"type": event_type,
+             "schema": None if event_type.schema is None else json.dumps(event_type.schema, indent=2, ensure_ascii=False),
+             "example": None if event_type.example is None else json.dumps(event_type.example, indent=2,
+                                                                             ensure_ascii=False)}
+            for event_type in selectors.event_type_list().order_by("name")]
+    return render(request, "portal/event_types.html", {"event_types": rows})

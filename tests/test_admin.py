@@ -18,7 +18,9 @@ from django.urls import reverse
 from intake.credentials import credential_from_authorization
 from intake.models import ApiCredential, IdempotencyKey
 from tests.conftest import create_endpoint, make_api
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.models import (Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, EndpointSecret, Event, EventType,
+                              Tenant)
+from webhooks.services.event_catalog import event_type_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,6 +71,7 @@ def test_every_changelist_and_one_change_page_per_model_render(admin_client, wor
         Event: Event.objects.get(pk=world["event"]["id"]),
         Delivery: world["delivery"],
         IdempotencyKey: IdempotencyKey.objects.first(),
+        EventType: event_type_create(name="invoice.paid", schema={"type": "object"}, example={}),
     }
     herald_models = {model for model in admin.site._registry if model._meta.app_label in ("webhooks", "intake")}
     assert herald_models == set(objects)

@@ -1,4 +1,5 @@
 """Admin dashboard for tenants, endpoints, events and deliveries: views over the models, writes via services."""
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
@@ -13,8 +14,10 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
+                              Tenant)
 from webhooks.services import delivery as delivery_service
+from webhooks.services import event_catalog
 from webhooks.services.endpoints import endpoint_update
 
 admin.site.site_header = "Herald administration"
@@ -290,3 +293,57 @@ class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
             text += " " + ngettext("Skipped %(count)d that was not failed.",
                                    "Skipped %(count)d that were not failed.", skipped) % {"count": skipped}
         self.message_user(request, text, level)
+
+
+class EventTypeAdminForm(forms.ModelForm):
+    """Checked as the API checks (webhooks/services/event_catalog.py): a schema error or an example that does
+    not match shows on its field, with the JSON pointer it is at."""
+
+    class Meta:
+        model = EventType
+        fields = ("name", "description", "schema", "example")
+
+    def clean(self):
+        cleaned = super().clean()
+        if "name" in self.fields and cleaned.get("name"):
+            for message in event_catalog.event_type_name_errors(cleaned["name"]):
+                self.add_error("name", message)
+        if "schema" in cleaned and "example" in cleaned:
+            try:
+                event_catalog.event_type_check(schema=cleaned["schema"], example=cleaned["example"])
+            except event_catalog.EventTypeInvalid as exc:
+                for pointer, messages_ in exc.errors.items():
+                    field = "example" if pointer.startswith("/example") else "schema"
+                    for message in messages_:
+                        self.add_error(field, f"{pointer}: {message}")
+        return cleaned
+
+
+@admin.register(EventType)
+class EventTypeAdmin(admin.ModelAdmin):
+    """The event-type catalog the tenants read (API, portal). Writes go through the catalog's services, as
+    the platform credential's do; the name is fixed once created (endpoints subscribe by it)."""
+
+    form = EventTypeAdminForm
+    list_display = ("name", "description", "has_schema", "updated_at")
+    search_fields = ("name", "description")
+    fields = ("id", "name", "description", "schema", "example", "created_at", "updated_at")
+
+    @admin.display(boolean=True, description="schema")
+    def has_schema(self, event_type: EventType) -> bool:
+        return event_type.schema_digest is not None
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("id", "created_at", "updated_at") + (("name",) if obj is not None else ())
+
+    def save_model(self, request, obj, form, change):
+        fields = {name: form.cleaned_data[name] for name in ("description", "schema", "example")}
+        if change:
+            event_catalog.event_type_update(event_type=obj, **fields)
+            return
+        created = event_catalog.event_type_create(name=form.cleaned_data["name"], **fields)
+        obj.__dict__.update({key: value for key, value in created.__dict__.items() if key != "_state"})
+        obj._state.adding = False
+
+    def delete_model(self, request, obj):
+        event_catalog.event_type_delete(event_type=obj)

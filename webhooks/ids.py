@@ -62,3 +62,7 @@ def event_id() -> str:
 
 def delivery_id() -> str:
     return new_id("dlv")
+
+
+def event_type_id() -> str:
+    return new_id("etype")

@@ -22,6 +22,31 @@ class Tenant(models.Model):
         return self.name
 
 
+class EventType(models.Model):
+    """An entry of the deployment's event-type catalog (SPEC §12): what a type means, and optionally the
+    JSON Schema (draft 2020-12) its `data` must match at intake. Types outside the catalog are accepted.
+
+    `schema_digest` is the SHA-256 of the canonical schema (None without one): intake reads it in its own
+    query and recompiles its cached validator only when the digest it holds differs, so a change reaches
+    every process at its next event of that type (webhooks/event_schemas.py).
+    """
+
+    id = models.CharField(primary_key=True, max_length=40, default=ids.event_type_id, editable=False)
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(max_length=2000, blank=True, default="")
+    schema = models.JSONField(null=True, blank=True)
+    schema_digest = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    example = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Endpoint(models.Model):
     """An HTTP URL of a tenant that receives the events it subscribes to, or a polling endpoint (`kind`
     poll, no URL) whose consumer reads its messages (webhooks/services/polling.py)."""

@@ -1,7 +1,7 @@
 """Selectors of the delivery side: functions that read, always scoped to one tenant."""
 from django.db.models import Prefetch, QuerySet
 
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, Tenant
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, EventType, Tenant
 
 
 def endpoint_list(*, tenant: Tenant) -> QuerySet[Endpoint]:
@@ -47,3 +47,12 @@ def delivery_get(*, tenant: Tenant, delivery_id: str) -> Delivery | None:
     return (Delivery.objects.filter(tenant=tenant, pk=delivery_id)
             .prefetch_related(Prefetch("attempts", queryset=DeliveryAttempt.objects.order_by("number")))
             .first())
+
+
+def event_type_list() -> QuerySet[EventType]:
+    """The deployment's event-type catalog (not scoped to a tenant: every tenant reads the same one)."""
+    return EventType.objects.all()
+
+
+def event_type_get(*, name: str) -> EventType | None:
+    return EventType.objects.filter(name=name).first()

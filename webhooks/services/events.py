@@ -7,10 +7,10 @@ from urllib.parse import urlsplit, urlunsplit
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import event_types, ids, tracing
+from webhooks import event_schemas, event_types, ids, tracing
 from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, Tenant
+from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, EventType, Tenant
 from webhooks.payload import build_payload
 from webhooks.publishing import publisher
 
@@ -30,6 +30,11 @@ POLL_CHANNEL = "herald_poll"
 # A poll endpoint's delivery (SPEC §12) gets no outbox row and no next_attempt_at: no relay publishes it
 # and the claim, which takes only a due delivery, never sends it; its consumer reads it
 # (webhooks/services/polling.py), woken by a NOTIFY on commit.
+# The catalog entry of the event's type comes back as one more row (id NULL): its schema digest when it
+# has a schema, and the schema itself only when this process holds no validator of that digest
+# (webhooks/event_schemas.py). The data is checked after the statement, in the same transaction; an
+# event that does not match raises EventDataInvalid, and the caller's transaction rolls the insert back
+# (the API's 400 does): no extra round trip for the check, and a changed schema is seen at once.
 #
 # The two lists travel as JSON arrays, turned into arrays by PostgreSQL: psycopg's Python list adapter
 # cost about 5 % of an intake request's CPU.
@@ -60,13 +65,27 @@ WITH lists AS (
     INSERT INTO {DeliveryOutbox._meta.db_table} (delivery_id, due_at, published_at, periodic)
     SELECT id, %(now)s, NULL, false FROM deliveries WHERE NOT polled
 )
-SELECT id, endpoint_id, polled FROM deliveries
+SELECT id, endpoint_id, polled, NULL::varchar, NULL::jsonb FROM deliveries
+UNION ALL
+SELECT NULL, NULL, NULL::boolean, schema_digest, CASE WHEN schema_digest IS DISTINCT FROM %(known_digest)s THEN schema END
+  FROM {EventType._meta.db_table} WHERE name = %(type)s AND schema_digest IS NOT NULL
 """
+
+
+class EventDataInvalid(Exception):
+    """The event's `data` does not match its type's schema; `errors` maps JSON pointers (`/data/amount`)
+    to messages. The event was inserted: the caller's transaction must roll back (the API's 400 does)."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__(errors)
+        self.errors = errors
 
 
 def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[str],
                  now: datetime | None = None, only_endpoint_id: str | None = None) -> Event:
     """Create the event and one pending delivery per matching endpoint in the caller's transaction.
+
+    When the type's catalog entry has a schema and `data` does not match it, raise EventDataInvalid.
 
     Each delivery gets its outbox row, due now and not yet published. Once the transaction
     commits, the relays' doorbell rings (from a background thread: the request does not wait), and a
@@ -86,15 +105,24 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
             "traceparent": event.traceparent, "now": created_at, "patterns": json.dumps(matching_patterns(event_type)),
             "reserved": is_reserved(event_type), "only": only_endpoint_id,
             "delivery_prefix": "dlv_" + event.id.removeprefix("evt_"),
+            "known_digest": event_schemas.known_digest(event_type),
         })
         rows = cursor.fetchall()
+    catalog = next((row for row in rows if row[0] is None), None)
+    if catalog is not None:
+        rows.remove(catalog)
+        _, _, _, digest, schema = catalog
+        errors = event_schemas.instance_errors(event_schemas.type_validator(event_type, digest, schema), data,
+                                               pointer="/data")
+        if errors:
+            raise EventDataInvalid(errors)
     event._state.adding = False
     event.delivery_list = [Delivery(id=delivery_id, tenant_id=tenant.pk, event=event, endpoint_id=endpoint_id,
                                     status=Delivery.PENDING, next_attempt_at=None if polled else created_at)
-                           for delivery_id, endpoint_id, polled in rows]
-    if any(not polled for _, _, polled in rows):
+                           for delivery_id, endpoint_id, polled, _, _ in rows]
+    if any(not polled for _, _, polled, _, _ in rows):
         transaction.on_commit(publisher.ring, robust=True)
-    polled = [endpoint_id for _, endpoint_id, polled in rows if polled]
+    polled = [endpoint_id for _, endpoint_id, polled, _, _ in rows if polled]
     if polled:
         poll_notify(endpoint_ids=polled)
     return event
