@@ -23,6 +23,7 @@ TITLES = {
     "throttled": "Too many requests",
     "request_timeout": "Request timeout",
     "request_header_fields_too_large": "Request header fields too large",
+    "malformed_request": "Malformed HTTP request",
     "permission_denied": "Permission denied",
     "server_error": "Internal server error",
 }
