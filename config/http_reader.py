@@ -10,9 +10,10 @@ strict mode; this class only adds Herald's limits and policies to what llhttp re
   headers), or chunked on HTTP/1.0: 400 (llhttp itself refuses a coding list that does not end in chunked);
 - an Upgrade (or CONNECT) request with a body: 400 (Herald never switches protocols, and llhttp would
   hand the body on as the new protocol's bytes);
-- bytes on the wire past head limit + body limit + framing allowance (chunk size lines, extensions and
-  trailers count against the allowance, which is the head limit): 400, or 413 if the body is what is
-  over. This holds whatever the encoding: 64 MiB of chunk extensions are refused after about 280 KiB.
+- more than head limit + framing allowance (the head limit again) of bytes that are not body: the head,
+  chunk size lines, chunk extensions and trailers: 400. So bytes on the wire are bounded by head limit +
+  allowance + INTAKE_MAX_BODY_BYTES whatever the encoding: 64 MiB of chunk extensions, or a body in
+  30,000 one-byte chunks, are refused after at most 32 KiB of framing (and one read of 64 KiB).
 
 The work is linear in the bytes received: llhttp keeps its state between `feed()` calls and never looks
 at a byte twice. Requests sent back to back (pipelining) are read together: `feed()` answers True when the
@@ -37,19 +38,21 @@ class RequestReader:
     """The bytes of one connection, fed as they arrive, from its first byte (or the first after the
     previous request) to the end of one or more whole requests."""
 
-    __slots__ = ("parser", "max_head", "max_body", "max_wire", "received", "in_first_head", "started",
-                 "completed", "body", "length", "codings", "expect_continue", "continue_sent", "upgrade")
+    __slots__ = ("parser", "max_head", "max_body", "max_framing", "max_wire", "received", "in_first_head", "started",
+                 "completed", "body", "bodies", "length", "codings", "expect_continue", "continue_sent", "upgrade")
 
     def __init__(self, max_head: int, max_body: int, framing_allowance: int | None = None):
         self.parser = httptools.HttpRequestParser(self)
         self.max_head = max_head
         self.max_body = max_body
-        self.max_wire = max_head + max_body + (max_head if framing_allowance is None else framing_allowance)
+        self.max_framing = max_head + (max_head if framing_allowance is None else framing_allowance)
+        self.max_wire = self.max_framing + max_body
         self.received = 0
         self.in_first_head = True
         self.started = 0          # requests begun, and ended (llhttp's on_message_begin/_complete)
         self.completed = 0
         self.body = 0             # body bytes of the request being read, decoded
+        self.bodies = 0           # of every request so far
         self.length = None        # its Content-Length header values, and Transfer-Encoding's
         self.codings = None
         self.expect_continue = False   # the request being read waits for `100 Continue` (see `feed`)
@@ -80,13 +83,10 @@ class RequestReader:
             if isinstance(error.__context__, Refusal):
                 raise error.__context__ from None
             raise Refusal(400, f"The request is not valid HTTP/1.1: {error}.") from None
+        if self.received - self.bodies > self.max_framing:
+            raise Refusal(400, f"The head, chunk sizes, chunk extensions and trailers exceed {self.max_framing} bytes.")
         if self.received > self.max_wire:
-            if self.body > self.max_body:
-                raise Refusal(413, f"The body exceeds {self.max_body} bytes.")
-            if self.started > 1:
-                raise Refusal(413, f"Requests sent without waiting for answers exceed {self.max_wire} bytes.")
-            raise Refusal(400, f"The chunk framing, extensions and trailers exceed {self.max_wire - self.max_head - self.max_body}"
-                               f" bytes.")
+            raise Refusal(413, f"Requests sent without waiting for answers exceed {self.max_wire} bytes.")
         return self.completed > 0 and self.completed == self.started
 
     def waits_for_continue(self) -> bool:
@@ -127,6 +127,7 @@ class RequestReader:
 
     def on_body(self, body: bytes) -> None:
         self.body += len(body)
+        self.bodies += len(body)
         if self.body > self.max_body:
             raise Refusal(413, f"The body exceeds {self.max_body} bytes.")
 
