@@ -3,14 +3,13 @@ buffered worker, 2 x 4): each is answered 400/413 with `Connection: close` withi
 them stay fast, and nothing is stored (issue 21, item 1; SPEC §5)."""
 import json
 import socket
-import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 import pytest
 import requests
 
+from blackbox.frontdoor import Answer, Attack, ask
 from intake.models import IdempotencyKey
 from tests.conftest import make_api
 from tests.processes import free_port, gunicorn, run_dir
@@ -34,47 +33,6 @@ def server(processes):
 
 def _address(server) -> tuple[str, int]:
     return "127.0.0.1", int(server.url.rsplit(":", 1)[1])
-
-
-@dataclass
-class Answer:
-    status: int | None
-    head: bytes
-    body: bytes
-    closed: bool       # the server closed the connection after its answer
-    seconds: float     # from the first byte sent to the connection's close
-
-
-def ask(address, request: bytes, pieces: list[bytes] = (), hold: float = 0, timeout: float = 10) -> Answer:
-    """Send `request`, then each of `pieces` while the server has not answered; read the answer and whether the
-    server then closes (a reset counts as closed). `hold`: keep the connection open this long after sending,
-    before reading."""
-    started = time.monotonic()
-    data, closed = b"", False
-    with socket.create_connection(address, timeout=timeout) as sock:
-        try:
-            sock.sendall(request)
-            for piece in pieces:
-                sock.settimeout(0.005)
-                try:
-                    data = sock.recv(65536)
-                    break   # answered (or closed): stop sending
-                except socket.timeout:
-                    sock.settimeout(timeout)
-                    sock.sendall(piece)
-        except OSError:
-            pass
-        time.sleep(hold)
-        sock.settimeout(timeout)
-        try:
-            while more := sock.recv(65536):   # every answer here ends with the server closing
-                data += more
-            closed = True
-        except OSError:
-            closed = True
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else None
-    return Answer(status, head, body, closed, time.monotonic() - started)
 
 
 def post_head(api, framing: bytes, version: bytes = b"HTTP/1.1") -> bytes:
@@ -136,34 +94,6 @@ def test_well_formed_chunked_with_extensions_and_trailers_is_served_with_its_bod
     assert answer.status == 202, answer
     assert answer.body.count(b"HTTP/1.1 200 OK") == 1   # the pipelined request behind it, answered too
     assert json.loads(bytes(Event.objects.get().payload))["data"] == {"invoice": "in_1"}   # the whole body arrived
-
-
-class Attack(threading.Thread):
-    """Sends one request again and again, `count` connections at a time, each held open `hold` s after sending."""
-
-    def __init__(self, address, make, count: int, pieces=lambda: (), hold: float = 0.3):
-        super().__init__(daemon=True)
-        self.address, self.make, self.count, self.pieces, self.hold = address, make, count, pieces, hold
-        self.answers: list[Answer] = []
-        self.errors: list[str] = []
-        self._stop_event = threading.Event()
-
-    def run(self):
-        def one():
-            while not self._stop_event.is_set():
-                try:
-                    self.answers.append(ask(self.address, self.make(), self.pieces(), hold=self.hold))
-                except OSError as exc:
-                    self.errors.append(repr(exc))
-        threads = [threading.Thread(target=one, daemon=True) for _ in range(self.count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    def stop(self):
-        self._stop_event.set()
-        self.join(30)
 
 
 def _probe(server, api, seconds: float) -> list[float]:
