@@ -66,8 +66,12 @@ def check(data: bytes, splits: list[int] = ()) -> Verdict:
             continue
         mine = [(url.decode("latin-1"), bytes(body)) for url, body in reader.requests]
         theirs, how, left = gunicorns(buf, len(mine))
+        if theirs != mine[:len(theirs)]:
+            raise Disagreement(f"llhttp read {mine!r}, gunicorn {theirs!r} in {buf!r}")
         if how == "refused":
-            return Verdict("refused", served, 400, gunicorn_refused=True)
+            return Verdict("refused", served + theirs, 400, gunicorn_refused=True)
+        if how == "closed":
+            return Verdict("whole", served + theirs)   # the connection ends after the last request gunicorn read
         if how == "needs-more":
             raise Disagreement(f"gunicorn would wait on the socket for more of what llhttp found whole: {buf!r}")
         if theirs != mine:
@@ -82,8 +86,8 @@ def check(data: bytes, splits: list[int] = ()) -> Verdict:
 
 
 def gunicorns(data: bytes, count: int) -> tuple[list[tuple[str, bytes]], str, bytes]:
-    """gunicorn's parser over `data` in memory: up to `count` requests, how it stopped ("done", "needs-more": it
-    would wait on the socket, or "refused"), and the bytes it left."""
+    """gunicorn's parser over `data` in memory: up to `count` requests, how it stopped ("done"; "closed": a request
+    ended the connection; "needs-more": it would wait on the socket; "refused"), and the bytes it left."""
     parser = RequestParser(_CONFIG, iter([data]), ("127.0.0.1", 5000))
     requests = []
     try:
@@ -93,7 +97,9 @@ def gunicorns(data: bytes, count: int) -> tuple[list[tuple[str, bytes]], str, by
     except NoMoreData:
         return requests, "needs-more", b""
     except StopIteration:
-        return requests, "needs-more" if len(requests) < count else "done", b""
+        if parser.mesg is not None and parser.mesg.should_close():
+            return requests, "closed", b""   # HTTP/1.0 or `Connection: close`: gunicorn reads no further
+        return requests, "needs-more", b""
     except Exception:   # gunicorn's parser refuses it (400 in the thread): nothing was guessed
         return requests, "refused", b""
     left = parser.unreader.take_buffered() + b"".join(iter(parser.unreader.chunk, b""))
