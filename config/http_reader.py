@@ -39,7 +39,8 @@ class RequestReader:
     previous request) to the end of one or more whole requests."""
 
     __slots__ = ("parser", "max_head", "max_body", "max_framing", "max_wire", "received", "in_first_head", "started",
-                 "completed", "body", "bodies", "length", "codings", "expect_continue", "continue_sent", "upgrade")
+                 "completed", "body", "bodies", "length", "codings", "expect_continue", "continue_sent", "upgrade",
+                 "closes")
 
     def __init__(self, max_head: int, max_body: int, framing_allowance: int | None = None):
         self.parser = httptools.HttpRequestParser(self)
@@ -58,6 +59,7 @@ class RequestReader:
         self.expect_continue = False   # the request being read waits for `100 Continue` (see `feed`)
         self.continue_sent = False     # set by the worker once it has answered that
         self.upgrade = False
+        self.closes = False            # the last whole request ends the connection (HTTP/1.0, `Connection: close`)
 
     def feed(self, data: bytes) -> bool:
         """Take the next bytes received: True once everything received is whole requests; Refusal if
@@ -82,6 +84,8 @@ class RequestReader:
         except httptools.HttpParserError as error:
             if isinstance(error.__context__, Refusal):
                 raise error.__context__ from None
+            if self.closes and self.completed == self.started:
+                return True   # bytes after a request that ends the connection: it is answered, they are not read
             raise Refusal(400, f"The request is not valid HTTP/1.1: {error}.") from None
         if self.received - self.bodies > self.max_framing:
             raise Refusal(400, f"The head, chunk sizes, chunk extensions and trailers exceed {self.max_framing} bytes.")
@@ -133,3 +137,4 @@ class RequestReader:
 
     def on_message_complete(self) -> None:
         self.completed += 1
+        self.closes = not self.parser.should_keep_alive()
