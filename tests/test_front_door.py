@@ -27,8 +27,19 @@ def api():
 
 @pytest.fixture
 def server(processes):
-    return processes(gunicorn(free_port(), workers=None, threads=None, WEB_CLIENT_TIMEOUT_SECONDS=5,
-                              PROMETHEUS_MULTIPROC_DIR=run_dir("metrics")))
+    server = processes(gunicorn(free_port(), workers=None, threads=None, WEB_CLIENT_TIMEOUT_SECONDS=5,
+                                PROMETHEUS_MULTIPROC_DIR=run_dir("metrics")))
+    # "Booting worker" comes before each worker loads Django: wait until both answer at once, so the timings
+    # below are the reader's, not the app's start
+    deadline, quick = time.monotonic() + 30, 0
+    while quick < 6 and time.monotonic() < deadline:
+        started = time.monotonic()
+        try:
+            requests.get(f"{server.url}/healthz", timeout=5, headers={"Connection": "close"})
+            quick = quick + 1 if time.monotonic() - started < 0.2 else 0
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    return server
 
 
 def _address(server) -> tuple[str, int]:
