@@ -12,7 +12,7 @@ import requests
 from blackbox.frontdoor import Answer, Attack, ask
 from intake.models import IdempotencyKey
 from tests.conftest import make_api
-from tests.processes import free_port, gunicorn, run_dir
+from tests.processes import free_port, gunicorn, run_dir, warm
 from webhooks.models import Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -27,19 +27,8 @@ def api():
 
 @pytest.fixture
 def server(processes):
-    server = processes(gunicorn(free_port(), workers=None, threads=None, WEB_CLIENT_TIMEOUT_SECONDS=5,
-                                PROMETHEUS_MULTIPROC_DIR=run_dir("metrics")))
-    # "Booting worker" comes before each worker loads Django: wait until both answer at once, so the timings
-    # below are the reader's, not the app's start
-    deadline, quick = time.monotonic() + 30, 0
-    while quick < 6 and time.monotonic() < deadline:
-        started = time.monotonic()
-        try:
-            requests.get(f"{server.url}/healthz", timeout=5, headers={"Connection": "close"})
-            quick = quick + 1 if time.monotonic() - started < 0.2 else 0
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    return server
+    return warm(processes(gunicorn(free_port(), workers=None, threads=None, WEB_CLIENT_TIMEOUT_SECONDS=5,
+                                   PROMETHEUS_MULTIPROC_DIR=run_dir("metrics"))))
 
 
 def _address(server) -> tuple[str, int]:

@@ -10,7 +10,7 @@ import requests
 from blackbox.slowclients import Probe, body_tricklers, exchange, header_tricklers
 from intake.models import IdempotencyKey
 from tests.conftest import make_api
-from tests.processes import free_port, gunicorn, run_dir
+from tests.processes import free_port, gunicorn, run_dir, warm
 from webhooks.models import Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -26,9 +26,9 @@ def api():
 
 def _start(processes, *args):
     """The API with gunicorn.conf.py's own workers and threads (2 x 4), as the README starts it."""
-    return processes(gunicorn(free_port(), workers=None, threads=None, args=args,
-                              WEB_CLIENT_TIMEOUT_SECONDS=CLIENT_TIMEOUT,
-                              PROMETHEUS_MULTIPROC_DIR=run_dir("metrics")))   # /metrics sums both workers
+    return warm(processes(gunicorn(free_port(), workers=None, threads=None, args=args,
+                                   WEB_CLIENT_TIMEOUT_SECONDS=CLIENT_TIMEOUT,
+                                   PROMETHEUS_MULTIPROC_DIR=run_dir("metrics"))))   # /metrics sums both workers
 
 
 def _port(server) -> int:
