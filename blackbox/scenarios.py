@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from blackbox import checks, fuzz, slowclients
+from blackbox import checks, frontdoor, fuzz, slowclients
 from blackbox.checks import Db
 from blackbox.client import Api, Reply
 from blackbox.receivers import AlwaysOk, Flapping, Gone, Hang, Receiver, Receivers, Slow, Switch
@@ -48,6 +48,7 @@ class Profile:
     year_seconds: float = 15  # intake load before, and again during, the prune
     slow_seconds: float = 25  # normal requests under the slowloris siege
     rate_seconds: float = 10  # one credential at 3x INTAKE_RATE_LIMIT_PER_SECOND, another below it
+    door_seconds: float = 15  # normal requests beside the front door's framing attacks
 
 
 PROFILES = {
@@ -57,13 +58,14 @@ PROFILES = {
     "full": Profile("full", storm_events=2000, storm_clients=200, kill_events=800, broker_events=400, db_events=600,
                     db_clients=20, flap_events=300, fuzz_examples=3000, fuzz_seconds=900, soak_seconds=300,
                     soak_rate=20, rss_limit_mb=300, settle_seconds=300, hang_events=200, neighbour_seconds=40,
-                    breaker_events=100, year_events=1_250_000, year_seconds=40, slow_seconds=60, rate_seconds=30),
+                    breaker_events=100, year_events=1_250_000, year_seconds=40, slow_seconds=60, rate_seconds=30,
+                    door_seconds=60),
 }
 
 SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "noisy-neighbour",
-             "breaker", "slow-clients", "rate-limit", "fuzz", "soak", "year"]
+             "breaker", "slow-clients", "front-door", "rate-limit", "fuzz", "soak", "year"]
 ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
-           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"], "abuse": ["slow-clients", "rate-limit"]}
+           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"], "abuse": ["slow-clients", "front-door", "rate-limit"]}
 KILL_MIN_IN_FLIGHT = 200  # the worker-kill scenario SIGKILLs a worker holding at least this many attempts
 
 
@@ -1003,6 +1005,72 @@ def slow_clients(ctx: Context) -> Result:
     return result
 
 
+def front_door(ctx: Context) -> Result:
+    """The review's framing attacks on the HTTP reader (issue 21), each repeated from its own connections, beside a
+    normal client posting events and checking /healthz: every attack answered 400/413 with the connection closed
+    within 1 s, normal requests under 1 s at their worst, nothing of the attacks stored."""
+    profile, stack = ctx.profile, ctx.stack
+    seconds = profile.door_seconds
+    tenant = ctx.tenant("door")
+    receiver = ctx.receivers.new("door", AlwaysOk())
+    ctx.endpoint(tenant, receiver, ["door.*"])
+    address = ("127.0.0.1", stack.web_port)
+
+    def head(framing: bytes) -> bytes:
+        return (b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nIdempotency-Key: "
+                b"door-%s\r\nContent-Type: application/json\r\n%s\r\n" % (tenant.token.encode(),
+                                                                           uuid.uuid4().hex.encode(), framing))
+
+    plans = frontdoor.attacks(head)
+    result = Result("front-door", load=f"events and /healthz one after another for {seconds:.0f}s",
+                    faults="; ".join(plans))
+    running = {name: frontdoor.Attack(address, make, count, pieces, hold=0.3)
+               for name, (count, make, pieces) in plans.items()}
+    for attack in running.values():
+        attack.start()
+    time.sleep(0.5)
+    replies: dict[str, list[Reply]] = {}
+    health: list[Reply] = []
+    deadline, n = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        key = f"door-{ctx.run_id}-{n}"
+        replies[key] = [tenant.api.post(EVENTS, event_body("door", key, n), key)]
+        health.append(tenant.api.request("GET", "/healthz", timeout=10))
+        n += 1
+    for attack in running.values():
+        attack.stop()
+    normal = [r for rs in replies.values() for r in rs] + health
+    latencies = [r.elapsed for r in normal]
+    p99, worst = checks.percentile(latencies, 99), max(latencies)
+    result.inputs = len(normal) + sum(len(a.answers) for a in running.values())
+    result.details["normal_requests"] = {"count": len(normal), "p50_s": round(checks.percentile(latencies, 50), 3),
+                                         "p99_s": round(p99, 3), "max_s": round(worst, 3),
+                                         "answers": answer_summary(normal)}
+    result.notes.append(f"normal requests beside the attacks: p99 {p99 * 1000:.0f} ms, max {worst * 1000:.0f} ms "
+                        f"over {len(normal)}")
+    if worst > 1.0:
+        result.problem(f"a normal request took {worst:.2f}s beside the attacks (limit 1 s)")
+    failed = [r.short() for r in normal if r.status not in (200, 202)]
+    if failed:
+        result.problem(f"{len(failed)} normal requests failed beside the attacks: {checks.histogram(failed)}")
+    result.details["attacks"] = {}
+    for name, attack in running.items():
+        statuses = Counter(a.status for a in attack.answers)
+        slowest = max((a.seconds for a in attack.answers), default=0.0)
+        open_after = sum(not a.closed for a in attack.answers)
+        result.details["attacks"][name] = {"sent": len(attack.answers), "answered": {str(k): v for k, v in statuses.items()},
+                                           "slowest_s": round(slowest, 3), "left_open": open_after,
+                                           "errors": len(attack.errors)}
+        result.notes.append(f"{name}: {len(attack.answers)} sent, answered {dict(statuses)}, slowest "
+                            f"{slowest * 1000:.0f} ms (0.3 s of it the client's own wait)")
+        if not attack.answers or set(statuses) - {400, 413} or open_after or attack.errors or slowest > 1.0:
+            result.problem(f"{name}: expected 400/413 and a closed connection within 1 s each, got {dict(statuses)}, "
+                           f"{open_after} left open, {len(attack.errors)} errors, slowest {slowest:.2f}s")
+    event_ids = check_intake(result, ctx, tenant, replies, list(replies))   # the attacks stored nothing
+    check_delivered(result, ctx, tenant, [receiver], event_ids, profile.settle_seconds, duplicates_allowed=False)
+    return result
+
+
 def rate_limit(ctx: Context) -> Result:
     """gunicorn restarted with INTAKE_RATE_LIMIT_PER_SECOND=20: one credential offers 60/s from six clients, another
     10/s at the same time; the first gets its limit, the excess 429 and never stored, the second is untouched."""
@@ -1386,6 +1454,7 @@ RUNNERS = {
     "noisy-neighbour": noisy_neighbour,
     "breaker": breaker,
     "slow-clients": slow_clients,
+    "front-door": front_door,
     "rate-limit": rate_limit,
     "fuzz": fuzz_intake,
     "year": year,

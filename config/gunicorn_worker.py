@@ -8,22 +8,26 @@ connections against 2 workers x 4 threads, `GET /healthz` from a sixth client ti
 
 This worker reads each request in the worker's event loop instead, next to the kept-alive
 connections it already watches there, the way a buffering proxy (nginx) would: a thread only ever
-gets a request whose head and body are already in memory, so it never waits on the client. While
-reading, it refuses at once what would never be served:
+gets a request whose head and body are already in memory, so it never waits on the client. Where a
+request ends is decided by llhttp (config/http_reader.py), never by code of ours; gunicorn's own parser
+then reads the same bytes in the thread. While reading, it refuses at once what would never be served:
+- malformed framing (what llhttp's strict mode refuses, a transfer coding other than `chunked`, chunked
+  on HTTP/1.0) or framing past its allowance: 400;
 - a head (request line and headers) over WEB_MAX_HEADER_BYTES: 431, before reading further;
-- a Content-Length (or chunked body) over INTAKE_MAX_BODY_BYTES: 413, before reading the body;
+- a Content-Length over INTAKE_MAX_BODY_BYTES: 413, before reading the body; a chunked body as soon as
+  more than that has arrived;
 - a request not whole within WEB_CLIENT_TIMEOUT_SECONDS of its first byte: 408 (a connection that
   never sends anything is closed silently).
 Each answer is problem+json with `Connection: close`, given without any thread, Django or database.
-`Expect: 100-continue` is answered here, since the body is read here.
+`Expect: 100-continue` is answered here, since the body is read here. See docs/http-reader.md.
 
-Anything the reader does not understand is handed on as it is, for gunicorn's own parser to refuse
-with its usual 400. TLS and HTTP/2 connections (neither is used by Herald; a proxy terminates TLS)
-take gthread's path unchanged.
+TLS and HTTP/2 connections (neither is used by Herald; a proxy terminates TLS) take gthread's path
+unchanged.
 """
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import selectors
 import socket
@@ -33,23 +37,18 @@ from functools import partial
 
 from gunicorn.workers.gthread import ThreadWorker
 
-CRLF2 = b"\r\n\r\n"
 LISTENER_DOWN_RECHECK_SECONDS = 1.0
 LISTENER_RETRY_SECONDS = 2.0
+from config.http_reader import Refusal, RequestReader
+
 RECV_BYTES = 65536
 REFUSALS = {
     # status: (reason phrase, problem code)
+    400: ("Bad Request", "malformed_request"),
     408: ("Request Timeout", "request_timeout"),
     413: ("Content Too Large", "payload_too_large"),
     431: ("Request Header Fields Too Large", "request_header_fields_too_large"),
 }
-
-
-class Refusal(Exception):
-    def __init__(self, status: int, detail: str):
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
 
 
 def refusal_bytes(status: int, detail: str) -> bytes:
@@ -63,117 +62,16 @@ def refusal_bytes(status: int, detail: str) -> bytes:
     return head.encode("latin-1") + body
 
 
-class RequestReader:
-    """One request being read on a non-blocking socket; `complete()` says whether it is all in."""
+class Pending:
+    """One connection whose request is being read: its bytes, llhttp's reader of them, its deadline."""
 
-    __slots__ = ("conn", "buf", "deadline", "head_end", "body_length", "chunked", "max_head", "max_body")
+    __slots__ = ("conn", "buf", "reader", "deadline")
 
-    def __init__(self, conn, data: bytes, deadline: float, max_head: int, max_body: int):
+    def __init__(self, conn, reader: RequestReader, deadline: float):
         self.conn = conn
-        self.buf = bytearray(data)
+        self.buf = bytearray()
+        self.reader = reader
         self.deadline = deadline
-        self.head_end = -1        # index just past the blank line ending the head
-        self.body_length = 0      # Content-Length, when not chunked
-        self.chunked = False
-        self.max_head = max_head
-        self.max_body = max_body
-
-    def complete(self) -> bool:
-        """True once the head and the whole body are buffered; Refusal if it must not be served."""
-        if self.head_end < 0:
-            end = self.buf.find(CRLF2)
-            if end < 0:
-                if len(self.buf) > self.max_head:
-                    raise Refusal(431, f"The request line and headers exceed {self.max_head} bytes.")
-                return False
-            if end + 4 > self.max_head:
-                raise Refusal(431, f"The request line and headers exceed {self.max_head} bytes.")
-            self.head_end = end + 4
-            if not self._read_framing():
-                return True   # gunicorn's parser refuses what this cannot frame (400)
-        if self.chunked:
-            return self._chunked_complete()
-        return len(self.buf) >= self.head_end + self.body_length
-
-    def _read_framing(self) -> bool:
-        """Content-Length / Transfer-Encoding / Expect from the head; False if they are malformed."""
-        lengths, codings, expects_continue = set(), [], False
-        for line in bytes(self.buf[:self.head_end - 4]).split(b"\r\n")[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                return False
-            name = name.strip().lower()
-            if name == b"content-length":
-                lengths.add(value.strip())
-            elif name == b"transfer-encoding":
-                codings.append(value.strip().lower())
-            elif name == b"expect" and value.strip().lower() == b"100-continue":
-                expects_continue = True
-        if codings:
-            codings = [coding.strip() for value in codings for coding in value.split(b",")]
-            if lengths or codings[-1] != b"chunked":
-                return False   # gunicorn answers 400 or 501 without reading a body
-            self.chunked = True
-        elif lengths:
-            if len(lengths) != 1 or not next(iter(lengths)).isdigit():
-                return False
-            self.body_length = int(next(iter(lengths)))
-            if self.body_length > self.max_body:
-                raise Refusal(413, f"The body is {self.body_length} bytes; the limit is {self.max_body}.")
-        if expects_continue and (self.chunked or len(self.buf) < self.head_end + self.body_length):
-            self._strip_expect()
-            self.conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        return True
-
-    def _head_without(self, name: bytes, extra: bytes = b"") -> bytes:
-        """The head with every `name:` header line dropped and `extra` lines added."""
-        kept = [line for line in bytes(self.buf[:self.head_end - 4]).split(b"\r\n")
-                if not line.lower().startswith(name + b":")]
-        return b"\r\n".join(kept) + extra + CRLF2
-
-    def _strip_expect(self) -> None:
-        """Answered here, so gunicorn must not answer `Expect: 100-continue` a second time."""
-        head = self._head_without(b"expect")
-        self.buf[:self.head_end] = head
-        self.head_end = len(head)
-
-    def _chunked_complete(self) -> bool:
-        pos, pieces = self.head_end, []
-        while True:
-            line_end = self.buf.find(b"\r\n", pos)
-            if line_end < 0:
-                return False
-            size_text = bytes(self.buf[pos:line_end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                return True   # malformed: gunicorn's parser answers 400
-            if size == 0:
-                trailer_start = line_end + 2
-                if self.buf[trailer_start:trailer_start + 2] == b"\r\n":
-                    end = trailer_start + 2
-                else:
-                    end = self.buf.find(CRLF2, trailer_start - 2)
-                    if end < 0:
-                        return False
-                    end += 4
-                self._unchunk(pieces, end)
-                return True
-            if sum(length for _, length in pieces) + size > self.max_body:
-                raise Refusal(413, f"The chunked body exceeds {self.max_body} bytes.")
-            pieces.append((line_end + 2, size))
-            pos = line_end + 2 + size + 2
-            if pos > len(self.buf):
-                return False
-
-    def _unchunk(self, pieces: list[tuple[int, int]], end: int) -> None:
-        """Rewrite a whole chunked request with a Content-Length: Django reads a WSGI body only up to
-        CONTENT_LENGTH, so a chunked body would otherwise reach the view empty. Trailers are dropped."""
-        body = b"".join(bytes(self.buf[start:start + length]) for start, length in pieces)
-        head = self._head_without(b"transfer-encoding", b"\r\nContent-Length: %d" % len(body))
-        self.buf[:end] = head + body
-        self.head_end = len(head)
-        self.chunked = False
 
 
 class BufferedThreadWorker(ThreadWorker):
@@ -185,56 +83,65 @@ class BufferedThreadWorker(ThreadWorker):
         self.client_timeout = settings.WEB_CLIENT_TIMEOUT_SECONDS
         self.max_head = settings.WEB_MAX_HEADER_BYTES
         self.max_body = settings.INTAKE_MAX_BODY_BYTES
-        self.readers: dict = {}   # conn -> RequestReader, in deadline order (one timeout for all)
+        self.pending: dict = {}   # conn -> Pending, in deadline order (one timeout for all)
         self.buffering = not self.cfg.is_ssl and "h2" not in self.cfg.http_protocols
         super().init_process()
 
     def enqueue_req(self, conn):
         if not self.buffering:
             return super().enqueue_req(conn)
-        data = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
-        reader = RequestReader(conn, data, time.monotonic() + self.client_timeout, self.max_head, self.max_body)
+        pending = Pending(conn, RequestReader(self.max_head, self.max_body), time.monotonic() + self.client_timeout)
         conn.sock.setblocking(False)
+        # What gunicorn's parser left after the previous request (pipelined bytes) is read again first.
+        data = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
+        if data and self._take(pending, data):
+            return
         # A kept-alive connection comes here because it is readable: usually the whole request is
         # there already, and goes to a thread without ever being registered with the poller.
-        if self._read(reader) or self._advance(reader):
+        if self._read(pending):
             return
-        self.readers[conn] = reader
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, reader))
+        self.pending[conn] = pending
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, pending))
 
-    def _on_readable(self, reader: RequestReader, _sock) -> None:
-        if not self._read(reader):
-            self._advance(reader)
+    def _on_readable(self, pending: Pending, _sock) -> None:
+        self._read(pending)
 
-    def _read(self, reader: RequestReader) -> bool:
-        """Take what the socket holds; True if the client has gone (the connection is then closed)."""
+    def _read(self, pending: Pending) -> bool:
+        """Take what the socket holds; True when done with this connection's reading."""
         try:
-            data = reader.conn.sock.recv(RECV_BYTES)
+            data = pending.conn.sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
             data = b""
         if not data:
-            self._drop(reader)
+            self._drop(pending)
             return True
-        reader.buf += data
-        return False
+        return self._take(pending, data)
 
-    def _advance(self, reader: RequestReader) -> bool:
-        """Hand the request to a thread if it is whole, or refuse it; True when done with reading."""
+    def _take(self, pending: Pending, data: bytes) -> bool:
+        """Feed llhttp; hand the request to a thread once it is whole, or refuse it. True when done."""
+        pending.buf += data
+        reader = pending.reader
         try:
-            if not reader.complete():
-                return False
+            whole = reader.feed(data)
         except Refusal as refusal:
-            self._refuse(reader, refusal.status, refusal.detail)
+            self._refuse(pending, refusal.status, refusal.detail)
             return True
-        conn = reader.conn
-        if conn in self.readers:
-            del self.readers[conn]
+        if not whole:
+            if reader.waits_for_continue():
+                reader.continue_sent = True
+                try:
+                    pending.conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                except OSError:
+                    pass   # the next read finds out
+            return False
+        conn = pending.conn
+        if self.pending.pop(conn, None) is not None:
             self.poller.unregister(conn.sock)
         conn.sock.setblocking(True)
         conn.init()
-        raw = bytes(reader.buf)
+        raw = bytes(pending.buf)
         # A GET is kept, to be run again after a long-poll's wait (intake/longpoll.py); nothing else can
         # wait, and a kept-alive connection must not hold on to a large body it no longer needs.
         conn.herald_raw = raw if raw.startswith(b"GET ") and len(raw) <= self.max_head else None
@@ -244,9 +151,22 @@ class BufferedThreadWorker(ThreadWorker):
         super().enqueue_req(conn)
         return True
 
-    def _refuse(self, reader: RequestReader, status: int, detail: str) -> None:
-        self.log.info("Refused %s from %s: %s", status, _peer(reader.conn), detail)
-        sock = reader.conn.sock
+    def handle_request(self, req, conn):
+        """In the thread, with the request already in memory. gunicorn's parser has decoded a chunked body
+        from the buffered bytes; Django reads a WSGI body only up to CONTENT_LENGTH, so it is given one.
+        `100 Continue` was answered (or was not needed) while the request was read."""
+        if self.buffering:
+            req._expected_100_continue = False
+            if any(name == "TRANSFER-ENCODING" for name, _ in req.headers):
+                body = req.body.read()
+                req.headers = [(name, value) for name, value in req.headers if name != "TRANSFER-ENCODING"]
+                req.headers.append(("CONTENT-LENGTH", str(len(body))))
+                req.body = io.BytesIO(body)
+        return super().handle_request(req, conn)
+
+    def _refuse(self, pending: Pending, status: int, detail: str) -> None:
+        self.log.info("Refused %s from %s: %s", status, _peer(pending.conn), detail)
+        sock = pending.conn.sock
         try:
             sock.send(refusal_bytes(status, detail))
             # Half-close, and take what the client already sent: closing with unread bytes makes the kernel
@@ -260,11 +180,11 @@ class BufferedThreadWorker(ThreadWorker):
         except OSError:
             pass
         _count_refusal(status)
-        self._drop(reader)
+        self._drop(pending)
 
-    def _drop(self, reader: RequestReader) -> None:
-        conn = reader.conn
-        if self.readers.pop(conn, None) is not None:
+    def _drop(self, pending: Pending) -> None:
+        conn = pending.conn
+        if self.pending.pop(conn, None) is not None:
             try:
                 self.poller.unregister(conn.sock)
             except (KeyError, ValueError, OSError):
@@ -275,20 +195,20 @@ class BufferedThreadWorker(ThreadWorker):
     def murder_pending(self):
         super().murder_pending()
         now = time.monotonic()
-        while self.readers:
-            reader = next(iter(self.readers.values()))
-            if reader.deadline > now:
+        while self.pending:
+            pending = next(iter(self.pending.values()))
+            if pending.deadline > now:
                 break
-            if reader.buf:
-                self._refuse(reader, 408, f"The request was not complete within {self.client_timeout:g} s.")
+            if pending.buf:
+                self._refuse(pending, 408, f"The request was not complete within {self.client_timeout:g} s.")
             else:
-                self._drop(reader)
+                self._drop(pending)
 
     def murder_keepalived(self, force=False):
         super().murder_keepalived(force)
         if force:   # the worker is stopping: requests still being read will not be served
-            for reader in list(self.readers.values()):
-                self._drop(reader)
+            for pending in list(self.pending.values()):
+                self._drop(pending)
             for waiter in list(self.waiting.values()):
                 self._unpark(waiter)
                 self.nr_conns -= 1

@@ -25,6 +25,7 @@ TITLES = {
     "throttled": "Too many requests",
     "request_timeout": "Request timeout",
     "request_header_fields_too_large": "Request header fields too large",
+    "malformed_request": "Malformed HTTP request",
     "permission_denied": "Permission denied",
     "forbidden": "Forbidden",
     "conflict": "Conflict",
