@@ -4,6 +4,7 @@ import shutil
 import string
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from testkit import processes
