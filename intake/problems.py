@@ -24,6 +24,9 @@ TITLES = {
     "request_timeout": "Request timeout",
     "request_header_fields_too_large": "Request header fields too large",
     "permission_denied": "Permission denied",
+    "forbidden": "Forbidden",
+    "tenant_required": "A tenant is required",
+    "conflict": "Conflict",
     "server_error": "Internal server error",
 }
 
@@ -66,6 +69,8 @@ def _code_for(exc: exceptions.APIException) -> str:
         return "method_not_allowed"
     if isinstance(exc, exceptions.Throttled):
         return "throttled"
+    if isinstance(exc, Forbidden):
+        return "forbidden"
     if isinstance(exc, exceptions.PermissionDenied):
         return "permission_denied"
     return getattr(exc, "default_code", "error")
@@ -113,6 +118,27 @@ class NotFound(exceptions.NotFound):
 
     default_detail = "No such object."
 
+
+class Forbidden(exceptions.PermissionDenied):
+    """403 `forbidden`: this kind of credential may not make this call (SPEC §10)."""
+
+    default_code = "forbidden"
+
+
+class TenantRequired(exceptions.APIException):
+    """400 `tenant_required`: a platform credential called a tenant's path without /tenants/{tenant}."""
+
+    status_code = 400
+    default_code = "tenant_required"
+    default_detail = "A platform credential acts for a tenant under /api/v1/tenants/{tenant}/."
+
+
+class Conflict(exceptions.APIException):
+    """409 `conflict`: the object clashes with another (a tenant uid already taken)."""
+
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "This conflicts with an existing object."
 
 
 def server_error(request, *args, **kwargs) -> HttpResponse:

@@ -57,7 +57,27 @@ def _problem(description: str) -> dict:
             "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 
 
+ACTING_PREFIX = "/api/v1/tenants/{tenant}/"
+_TENANT_PARAMETER = "The tenant: its id (`tnt_…`) or your `uid` for it."
+
+
 class HeraldAutoSchema(AutoSchema):
+    """The tenant calls appear twice (SPEC §10): at /api/v1/… for a tenant credential and under
+    /api/v1/tenants/{tenant}/… for a platform credential; the second family's operation ids start with
+    `tenant_`, and each family documents the refusal the other kind of credential gets."""
+
+    def _acting(self) -> bool:
+        return getattr(self.view, "acts_for_tenant", False) and self.path.startswith(ACTING_PREFIX)
+
+    def get_operation_id(self):
+        operation_id = super().get_operation_id()
+        return f"tenant_{operation_id}" if self._acting() else operation_id
+
+    def get_tags(self):
+        if self.path.startswith("/api/v1/tenants"):
+            return ["platform: " + (super().get_tags()[0] if self._acting() else "tenants")]
+        return super().get_tags()
+
     def get_operation(self, path, path_regex, path_prefix, method, registry):
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
@@ -68,6 +88,15 @@ class HeraldAutoSchema(AutoSchema):
         problems["429"] = _THROTTLED + (", with the same key" if writes else "")
         if "{" in path:
             problems["404"] = "`not_found`: no such object for this tenant"
+        if path.startswith("/api/v1/tenants"):
+            problems["403"] = "`forbidden`: a tenant credential; these calls take a platform credential"
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name") == "tenant":
+                    parameter["description"] = _TENANT_PARAMETER
+        else:
+            problems["400"] += "; `tenant_required`: a platform credential (use /api/v1/tenants/{tenant}/…)"
+        if path.startswith("/api/v1/tenants") and method == "POST" and path.endswith("/tenants"):
+            problems["409"] += "; `conflict`: a tenant with this `uid` exists"
         if writes and settings.IDEMPOTENCY_MISMATCH_STATUS != 409:
             problems[str(settings.IDEMPOTENCY_MISMATCH_STATUS)] = "`idempotency_key_reused`"
         for status, description in problems.items():
