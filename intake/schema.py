@@ -69,19 +69,19 @@ class HeraldAutoSchema(AutoSchema):
     def _acting(self) -> bool:
         return getattr(self.view, "acts_for_tenant", False) and self.path.startswith(ACTING_PREFIX)
 
-    def get_operation_id(self):
-        operation_id = super().get_operation_id()
-        return f"tenant_{operation_id}" if self._acting() else operation_id
-
     def get_tags(self):
+        if self._acting():
+            return ["platform: acting for a tenant"]
         if self.path.startswith("/api/v1/tenants"):
-            return ["platform: " + (super().get_tags()[0] if self._acting() else "tenants")]
+            return ["platform: tenants"]
         return super().get_tags()
 
     def get_operation(self, path, path_regex, path_prefix, method, registry):
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None
+        if self._acting():  # (the views' extend_schema sets the id: renamed here, after it)
+            operation["operationId"] = "tenant_" + operation["operationId"]
         responses = operation.setdefault("responses", {})
         writes = method in ("POST", "PATCH")
         problems = dict(_WRITE_PROBLEMS if writes else _READ_PROBLEMS)
