@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from django.db import connection, transaction
 
 from intake.credentials import credential_create_platform
 from intake.models import ApiCredential, IdempotencyKey
@@ -25,11 +26,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker):
-    """The API (two gunicorn workers of four threads: writes really run at once), a worker, and beat
-    erasing deleted tenants every second."""
+    """The API (two gunicorn workers of eight threads: writes really run at once, and either worker can
+    take all of the quota test's eight), a worker, and beat erasing deleted tenants every second."""
     started = []
     try:
-        started.append(gunicorn(free_port(), workers=2, threads=4))
+        # (the creates of the quota test wait on a lock for a few seconds: no statement timeout meanwhile)
+        started.append(gunicorn(free_port(), workers=2, threads=8, WEB_STATEMENT_TIMEOUT_SECONDS="60"))
         started.append(celery_worker("platform"))
         started.append(celery_beat(TENANT_ERASURE_INTERVAL_SECONDS="1"))
         yield started[0]
@@ -268,7 +270,7 @@ def test_the_endpoint_quota_holds_under_concurrent_creates(platform, receiver):
     _ok(platform.post(acting + "endpoints", {"url": receiver.url("/q2")}), 201)
     assert _ok(platform.patch(f"tenants/{tenant['uid']}", {"max_endpoints": None}), 200)["max_endpoints"] is None
 
-    # eight creates at once, with room for three: exactly three are made, whatever the interleaving
+    # eight creates at once through the API, with room for three: exactly three are made
     racing = _tenant(platform, "race", max_endpoints=3)
     barrier, answers = threading.Barrier(8), []
 
@@ -288,6 +290,43 @@ def test_the_endpoint_quota_holds_under_concurrent_creates(platform, receiver):
     first = _ok(platform.get(f"tenants/{racing['id']}/endpoints"), 200)["data"][0]
     assert platform.delete(f"tenants/{racing['id']}/endpoints/{first['id']}").status_code == 204
     _ok(platform.post(f"tenants/{racing['id']}/endpoints", {"url": receiver.url("/again")}), 201)
+
+
+def test_the_quota_holds_when_creates_meet_for_sure(db):
+    """The quota's lock, with the creates made to meet: this test holds the tenant's row while eight
+    creates (threads, each its own PostgreSQL connection) start; each waits on it (for the quota's lock,
+    or, were there none, for its endpoint's foreign key after counting), then all go at once."""
+    from webhooks.services.endpoints import EndpointQuotaExceeded, endpoint_create
+
+    tenant = Tenant.objects.create(name="meet", max_endpoints=3)
+    outcomes = []
+
+    def create(n: int) -> None:
+        try:
+            endpoint_create(tenant=tenant, url=f"http://127.0.0.1:9/meet{n}", event_types=[], channels=[])
+            outcomes.append("made")
+        except EndpointQuotaExceeded:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    with transaction.atomic():
+        Tenant.objects.select_for_update().get(pk=tenant.pk)
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: _waiting_on_locks() >= 8, timeout=30, interval=0.2, message="the eight creates waiting")
+    for thread in threads:
+        thread.join(60)
+    assert sorted(outcomes) == ["made"] * 3 + ["refused"] * 5
+    assert Endpoint.objects.filter(tenant=tenant).count() == 3
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+        return cursor.fetchone()[0]
 
 
 def _owned_rows(tenant_id: str) -> dict[str, int]:
