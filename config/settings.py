@@ -233,6 +233,14 @@ EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)
 EVENT_RETENTION_PAUSE_RATIO = env_float("EVENT_RETENTION_PAUSE_RATIO", 1.0)
 IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 
+# Tenants (SPEC §10). Endpoints one tenant may have, unless its own `max_endpoints` says otherwise.
+TENANT_MAX_ENDPOINTS = env_int("TENANT_MAX_ENDPOINTS", 100)
+# A deleted tenant's rows are erased by beat every TENANT_ERASURE_INTERVAL_SECONDS, with retention's
+# batches and pacing (EVENT_RETENTION_BATCH events at a time, EVENT_RETENTION_PAUSE_RATIO), for up to
+# EVENT_RETENTION_MAX_SECONDS per run. It starts no sooner than CREDENTIAL_CACHE_SECONDS after the
+# deletion, when no process can still be accepting one of its credentials from its cache.
+TENANT_ERASURE_INTERVAL_SECONDS = env_float("TENANT_ERASURE_INTERVAL_SECONDS", 30)
+
 WEBHOOK_RETRY_SCHEDULE = env_str("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")
 WEBHOOK_RETRY_JITTER = env_float("WEBHOOK_RETRY_JITTER", 0.2)
 WEBHOOK_TIMEOUT_SECONDS = env_float("WEBHOOK_TIMEOUT_SECONDS", 15)
@@ -312,7 +320,7 @@ CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name, queue_a
                            for name in (CELERY_TASK_DEFAULT_QUEUE, HERALD_PERIODIC_QUEUE))
 CELERY_TASK_ROUTES = {name: {"queue": HERALD_PERIODIC_QUEUE} for name in (
     "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys",
-    "webhooks.prune_events")}
+    "webhooks.prune_events", "intake.erase_tenants")}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -399,4 +407,6 @@ CELERY_BEAT_SCHEDULE = {
                                   "options": {"expires": 300.0}},
     "prune-events": {"task": "webhooks.prune_events", "schedule": EVENT_RETENTION_INTERVAL_SECONDS,
                      "options": {"expires": EVENT_RETENTION_INTERVAL_SECONDS}},
+    "erase-tenants": {"task": "intake.erase_tenants", "schedule": TENANT_ERASURE_INTERVAL_SECONDS,
+                      "options": {"expires": TENANT_ERASURE_INTERVAL_SECONDS}},
 }

@@ -11,12 +11,12 @@ from webhooks.admin import CappedCountPaginator
 
 @admin.register(ApiCredential)
 class ApiCredentialAdmin(admin.ModelAdmin):
-    """Add = pick a tenant and a name; the token is generated, shown once on the page that answers the add,
-    stored hashed."""
+    """Add = pick a tenant (none: a platform credential, SPEC §10) and a name; the token is generated, shown
+    once on the page that answers the add, stored hashed."""
 
-    list_display = ("tenant", "name", "token_prefix", "created_at", "revoked_at")
+    list_display = ("kind", "tenant", "tenant_uid", "name", "token_prefix", "created_at", "revoked_at")
     list_display_links = ("token_prefix",)
-    list_filter = ("tenant",)
+    list_filter = ("kind", "tenant")
     list_select_related = ("tenant",)
     search_fields = ("name", "token_prefix", "tenant__name")
     autocomplete_fields = ("tenant",)
@@ -26,10 +26,20 @@ class ApiCredentialAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("tenant", "name")
-        return ("tenant", "name", "token_prefix", "created_at", "revoked_at")
+        return ("kind", "tenant", "tenant_uid", "name", "token_prefix", "created_at", "revoked_at")
 
     def get_readonly_fields(self, request, obj=None):
-        return () if obj is None else ("tenant", "token_prefix", "created_at", "revoked_at")
+        return () if obj is None else ("kind", "tenant", "tenant_uid", "token_prefix", "created_at", "revoked_at")
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is None and "tenant" in form.base_fields:
+            form.base_fields["tenant"].help_text = "Leave empty for a platform credential, which manages every tenant."
+        return form
+
+    @admin.display(description="tenant uid")
+    def tenant_uid(self, credential: ApiCredential) -> str:
+        return (credential.tenant.uid or "—") if credential.tenant_id else "—"
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("tenant")

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from intake.models import ApiCredential
 from webhooks.models import Tenant
+from webhooks.services.portal import portal_links_end
 
 TOKEN_PREFIX = "hrld_"
 
@@ -20,24 +21,36 @@ def _hash_token(token: str) -> str:
 
 @transaction.atomic
 def credential_create(*, tenant_name: str, name: str = "") -> tuple[ApiCredential, str]:
-    """Create a credential for the tenant (creating the tenant if new); return it and its token."""
-    tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
+    """Create a credential for the live tenant of that name (the oldest, if several share it; created if
+    there is none); return it and its token."""
+    tenant = (Tenant.objects.filter(name=tenant_name, deleted_at__isnull=True).order_by("created_at").first()
+              or Tenant.objects.create(name=tenant_name))
     return credential_issue(tenant=tenant, name=name)
 
 
-def credential_issue(*, tenant: Tenant, name: str = "") -> tuple[ApiCredential, str]:
-    """Create a credential for an existing tenant; return it and its token (never stored, only hashed)."""
+def credential_issue(*, tenant: Tenant | None, name: str = "") -> tuple[ApiCredential, str]:
+    """Create a credential for an existing tenant, or a platform credential when `tenant` is None;
+    return it and its token (never stored, only hashed)."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     credential = ApiCredential.objects.create(
+        kind=ApiCredential.TENANT if tenant is not None else ApiCredential.PLATFORM,
         tenant=tenant, name=name, token_prefix=token[: len(TOKEN_PREFIX) + 6], token_hash=_hash_token(token)
     )
     return credential, token
 
 
+def credential_create_platform(*, name: str = "") -> tuple[ApiCredential, str]:
+    """A platform credential (SPEC §10): it manages every tenant and acts for any of them."""
+    return credential_issue(tenant=None, name=name)
+
+
+@transaction.atomic
 def credentials_revoke(*, credential_ids: list[int]) -> int:
-    """Revoke the live credentials among these ids at once; return how many were revoked."""
-    revoked = ApiCredential.objects.filter(pk__in=credential_ids, revoked_at__isnull=True).update(
-        revoked_at=timezone.now())
+    """Revoke the live credentials among these ids at once, and end the portal sessions they opened;
+    return how many were revoked."""
+    now = timezone.now()
+    revoked = ApiCredential.objects.filter(pk__in=credential_ids, revoked_at__isnull=True).update(revoked_at=now)
+    portal_links_end(credential_ids=credential_ids)
     credential_cache_clear()  # this process stops accepting them at once; others within the cache TTL
     return revoked
 

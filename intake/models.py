@@ -5,14 +5,18 @@ from webhooks.models import Tenant
 
 
 class ApiCredential(models.Model):
-    """A bearer token of a tenant; only its SHA-256 is stored, the token is shown once."""
+    """A bearer token; only its SHA-256 is stored, the token is shown once.
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credentials")
-    # SPEC §10: a platform credential manages the deployment (the event-type catalog, §12); read through
-    # intake.permissions.credential_is_platform only. (Branch i22-platform owns this field; same name, values.)
+    Two kinds (SPEC §10): a tenant credential acts on its one tenant through the paths of §4; a platform
+    credential has no tenant, manages tenants and acts for any of them under /api/v1/tenants/{tenant}/.
+    """
+
     TENANT = "tenant"
     PLATFORM = "platform"
-    kind = models.CharField(max_length=16, choices=[(TENANT, "tenant"), (PLATFORM, "platform")], default=TENANT)
+    KINDS = [(TENANT, "tenant"), (PLATFORM, "platform")]
+
+    kind = models.CharField(max_length=16, choices=KINDS, default=TENANT)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="credentials", null=True, blank=True)
     name = models.CharField(max_length=200, blank=True, default="")
     token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
     token_hash = models.CharField(max_length=64, unique=True)
@@ -21,9 +25,22 @@ class ApiCredential(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(kind="tenant", tenant__isnull=False) | models.Q(kind="platform", tenant__isnull=True),
+            name="credential_kind_tenant")]
+
+    @property
+    def is_platform(self) -> bool:
+        return self.kind == self.PLATFORM
+
+    @property
+    def public_id(self) -> str:
+        """The id the API shows (`cred_…`)."""
+        return f"cred_{self.pk}"
 
     def __str__(self) -> str:
-        return f"{self.tenant.name}: {self.token_prefix}…"
+        owner = "platform" if self.is_platform else self.tenant.name
+        return f"{owner}: {self.token_prefix}…"
 
 
 class IdempotencyKey(models.Model):

@@ -6,7 +6,6 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler, set_rollback
 
-from intake.permissions import Forbidden
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://herald.dev/problems/"
@@ -28,6 +27,7 @@ TITLES = {
     "malformed_request": "Malformed HTTP request",
     "permission_denied": "Permission denied",
     "forbidden": "Forbidden",
+    "tenant_required": "A tenant is required",
     "conflict": "Conflict",
     "server_error": "Internal server error",
 }
@@ -121,12 +121,26 @@ class NotFound(exceptions.NotFound):
     default_detail = "No such object."
 
 
+class Forbidden(exceptions.PermissionDenied):
+    """403 `forbidden`: this kind of credential may not make this call (SPEC §10)."""
+
+    default_code = "forbidden"
+
+
+class TenantRequired(exceptions.APIException):
+    """400 `tenant_required`: a platform credential called a tenant's path without /tenants/{tenant}."""
+
+    status_code = 400
+    default_code = "tenant_required"
+    default_detail = "A platform credential acts for a tenant under /api/v1/tenants/{tenant}/."
+
+
 class Conflict(exceptions.APIException):
-    """The object exists already (a name or uid that must be unique): 409 `conflict`."""
+    """409 `conflict`: the object clashes with another (a tenant uid already taken)."""
 
     status_code = 409
     default_code = "conflict"
-    default_detail = "It exists already."
+    default_detail = "This conflicts with an existing object."
 
 
 def server_error(request, *args, **kwargs) -> HttpResponse:

@@ -57,17 +57,46 @@ def _problem(description: str) -> dict:
             "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 
 
+ACTING_PREFIX = "/api/v1/tenants/{tenant}/"
+_TENANT_PARAMETER = "The tenant: its id (`tnt_…`) or your `uid` for it."
+
+
 class HeraldAutoSchema(AutoSchema):
+    """The tenant calls appear twice (SPEC §10): at /api/v1/… for a tenant credential and under
+    /api/v1/tenants/{tenant}/… for a platform credential; the second family's operation ids start with
+    `tenant_`, and each family documents the refusal the other kind of credential gets."""
+
+    def _acting(self) -> bool:
+        return getattr(self.view, "acts_for_tenant", False) and self.path.startswith(ACTING_PREFIX)
+
+    def get_tags(self):
+        if self._acting():
+            return ["platform: acting for a tenant"]
+        if self.path.startswith("/api/v1/tenants"):
+            return ["platform: tenants"]
+        return super().get_tags()
+
     def get_operation(self, path, path_regex, path_prefix, method, registry):
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None
+        if self._acting():  # (the views' extend_schema sets the id: renamed here, after it)
+            operation["operationId"] = "tenant_" + operation["operationId"]
         responses = operation.setdefault("responses", {})
         writes = method in ("POST", "PATCH")
         problems = dict(_WRITE_PROBLEMS if writes else _READ_PROBLEMS)
         problems["429"] = _THROTTLED + (", with the same key" if writes else "")
         if "{" in path:
             problems["404"] = "`not_found`: no such object for this tenant"
+        if path.startswith("/api/v1/tenants"):
+            problems["403"] = "`forbidden`: a tenant credential; these calls take a platform credential"
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name") == "tenant":
+                    parameter["description"] = _TENANT_PARAMETER
+        else:
+            problems["400"] += "; `tenant_required`: a platform credential (use /api/v1/tenants/{tenant}/…)"
+        if path.startswith("/api/v1/tenants") and method == "POST" and path.endswith("/tenants"):
+            problems["409"] += "; `conflict`: a tenant with this `uid` exists"
         for status, description in getattr(self.view, "problems", {}).items():  # the view's own (403, 409)
             if status in problems and status == "409":
                 description = problems[status] + "; or " + description

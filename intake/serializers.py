@@ -296,3 +296,72 @@ class MessagePageOutput(serializers.Serializer):
 
 class EventFilterInput(serializers.Serializer):
     type = serializers.CharField(required=False, max_length=200)
+
+
+# --- Platform API (SPEC §10) ---------------------------------------------------------------------
+TENANT_UID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
+TENANT_METADATA_MAX_BYTES = 4096
+TENANT_MAX_ENDPOINTS_CEILING = 100_000
+
+
+def _validate_metadata(value):
+    if not isinstance(value, dict):
+        raise serializers.ValidationError("Must be a JSON object.")
+    size = len(drf_json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > TENANT_METADATA_MAX_BYTES:
+        raise serializers.ValidationError(
+            f"At most {TENANT_METADATA_MAX_BYTES} bytes of JSON (this is {size}).")
+    return value
+
+
+class TenantCreateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    uid = serializers.RegexField(f"^{TENANT_UID_PATTERN}$", required=False, allow_null=True, default=None,
+                                 help_text="Your own id for this customer: 1-128 of [A-Za-z0-9_.:-], not "
+                                           "starting with tnt_, unique among your tenants.")
+    max_endpoints = serializers.IntegerField(min_value=0, max_value=TENANT_MAX_ENDPOINTS_CEILING, required=False,
+                                             allow_null=True, default=None,
+                                             help_text="Endpoints it may have; null: TENANT_MAX_ENDPOINTS.")
+    metadata = serializers.JSONField(required=False, default=dict,
+                                     help_text="A JSON object of at most 4 KiB, yours to use.")
+
+    def validate_uid(self, value):
+        if value is not None and value.startswith("tnt_"):
+            raise serializers.ValidationError("A uid may not start with tnt_ (that is how tenant ids start).")
+        return value
+
+    def validate_metadata(self, value):
+        return _validate_metadata(value)
+
+
+class TenantUpdateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    max_endpoints = serializers.IntegerField(min_value=0, max_value=TENANT_MAX_ENDPOINTS_CEILING, required=False,
+                                             allow_null=True,
+                                             help_text="Endpoints it may have; null: TENANT_MAX_ENDPOINTS.")
+    metadata = serializers.JSONField(required=False)
+
+    def validate_metadata(self, value):
+        return _validate_metadata(value)
+
+
+class TenantFilterInput(serializers.Serializer):
+    uid = serializers.CharField(required=False, max_length=128)
+
+
+class TenantOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="`tnt_…`")
+    uid = serializers.CharField(allow_null=True)
+    name = serializers.CharField()
+    max_endpoints = serializers.IntegerField(allow_null=True, help_text="null: the deployment's TENANT_MAX_ENDPOINTS.")
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+
+
+TenantPageOutput = _page("TenantPage", TenantOutput)
+
+
+class CredentialOutput(serializers.Serializer):
+    id = serializers.CharField(source="public_id", help_text="`cred_…`")
+    token = serializers.CharField(help_text="The bearer token: shown only in this answer.")
+    created_at = serializers.DateTimeField()

@@ -5,6 +5,7 @@ from celery import shared_task
 from django.conf import settings
 
 from intake.idempotency.prune import keys_prune_expired
+from intake.tenants import tenants_erase
 
 logger = logging.getLogger("herald.idempotency")
 
@@ -15,3 +16,11 @@ def prune_idempotency_keys() -> int:
     deleted, batches = keys_prune_expired(batch_size=settings.IDEMPOTENCY_PRUNE_BATCH)
     logger.info("pruned idempotency keys", extra={"deleted": deleted, "batches": batches})
     return deleted
+
+
+@shared_task(name="intake.erase_tenants", ignore_result=True,
+             soft_time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 60,
+             time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 120)
+def erase_tenants() -> int:
+    """Beat: erase what deleted tenants still own, in paced batches (SPEC §10); rows deleted."""
+    return tenants_erase().rows

@@ -9,6 +9,7 @@ from time import monotonic
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -21,6 +22,8 @@ from intake.pagination import PageParams, paginate
 from intake.links import portal_link_url
 from intake.permissions import IsPlatformCredential, ReadByAnyWriteByPlatform
 from intake.problems import Conflict, NotFound
+from intake.tenants import (UidTaken, tenant_create, tenant_credential_issue, tenant_credential_revoke, tenant_delete,
+                            tenant_get, tenant_list, tenant_update)
 from webhooks import selectors
 from webhooks.models import Delivery, Endpoint
 from webhooks.services import delivery as delivery_services
@@ -32,11 +35,32 @@ from webhooks.services import portal as portal_services
 
 
 class TenantAPIView(APIView):
-    """Base view: `self.tenant` is the tenant of the authenticated credential."""
+    """Base view of the tenant calls of SPEC §4, mounted twice (intake/urls.py): at /api/v1/… for a tenant
+    credential, and at /api/v1/tenants/{tenant}/… for a platform credential acting for that tenant.
 
-    @property
+    `self.tenant` is the one place the acting tenant is decided: the credential's own tenant, or the
+    live tenant the URL names (by id or uid; 404 if there is none). Which kind of credential may call
+    which family is checked before (intake/permissions.py), so a view never sees the wrong one.
+    """
+
+    acts_for_tenant = True
+    tenant_ref: str | None = None
+
+    def dispatch(self, request, *args, **kwargs):
+        self.tenant_ref = kwargs.pop("tenant", None)
+        return super().dispatch(request, *args, **kwargs)
+
+    @cached_property
     def tenant(self):
-        return self.request.auth.tenant
+        if self.tenant_ref is None:
+            return self.request.auth.tenant
+        return self.found(tenant_get(ref=self.tenant_ref))
+
+    def location(self, name: str, *args) -> str:
+        """The URL of a named route, in the family this request came in by."""
+        if self.tenant_ref is None:
+            return reverse(name, args=args)
+        return reverse(f"acting:{name}", args=[self.tenant_ref, *args])
 
     @staticmethod
     def found(obj):
@@ -73,8 +97,12 @@ class EndpointListCreateView(TenantAPIView):
             endpoint = endpoint_services.endpoint_create(tenant=self.tenant, **data)
         except endpoint_services.EndpointUrlRefused as exc:
             raise _refused_url(exc) from None
+        except endpoint_services.EndpointQuotaExceeded as exc:  # SPEC §1: 400 validation_error
+            raise serializers.ValidationError({"endpoints": [str(exc)]}) from None
+        except endpoint_services.TenantGone:
+            raise NotFound() from None
         return Response(io.EndpointOutput(endpoint).data, status=status.HTTP_201_CREATED,
-                        headers={"Location": reverse("endpoint-detail", args=[endpoint.id])})
+                        headers={"Location": self.location("endpoint-detail", endpoint.id)})
 
 
 class EndpointDetailView(TenantAPIView):
@@ -130,7 +158,7 @@ class EndpointTestView(TenantAPIView):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
         event = event_services.event_send_test(endpoint=endpoint)
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
-                        headers={"Location": reverse("event-detail", args=[event.id])})
+                        headers={"Location": self.location("event-detail", event.id)})
 
 
 class EndpointMessagesView(TenantAPIView):
@@ -188,7 +216,7 @@ class PortalLinkView(TenantAPIView):
 
     @extend_schema(operation_id="portal_links_create", request=None, responses={201: io.PortalLinkOutput})
     def post(self, request):
-        link, token = portal_services.portal_link_create(tenant=self.tenant)
+        link, token = portal_services.portal_link_create(tenant=self.tenant, credential_id=request.auth.pk)
         response = Response({"url": portal_link_url(request, token), "expires_at": link.expires_at},
                             status=status.HTTP_201_CREATED)
         response.carries_secret = True  # the link is a bearer secret: its stored replay is encrypted at rest
@@ -214,7 +242,7 @@ class EventListCreateView(TenantAPIView):
         except event_services.EventDataInvalid as exc:  # the insert rolls back with this 400
             raise serializers.ValidationError(exc.errors) from None
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
-                        headers={"Location": reverse("event-detail", args=[event.id])})
+                        headers={"Location": self.location("event-detail", event.id)})
 
 
 class EventDetailView(TenantAPIView):
@@ -317,4 +345,86 @@ class EventTypeDetailView(APIView):
     @extend_schema(operation_id="event_types_delete", responses={204: None})
     def delete(self, request, name):
         event_catalog.event_type_delete(event_type=self.found(name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- Platform API (SPEC §10): a platform credential only (intake/permissions.py) ----------------------
+def _tenant_output(tenant) -> dict:
+    return io.TenantOutput(tenant).data
+
+
+class PlatformAPIView(APIView):
+    """Base view of the calls on tenants themselves; `{tenant}` is an id (`tnt_…`) or a uid."""
+
+    @staticmethod
+    def found_tenant(ref: str):
+        tenant = tenant_get(ref=ref)
+        if tenant is None:
+            raise NotFound()
+        return tenant
+
+
+class TenantListCreateView(PlatformAPIView):
+    """GET: the tenants, newest first (`?uid=` finds one by your own id). POST: create one."""
+
+    @extend_schema(operation_id="tenants_list", parameters=[io.TenantFilterInput, PageParams],
+                   responses=io.TenantPageOutput)
+    def get(self, request):
+        filters = _validated(io.TenantFilterInput, request.query_params)
+        rows, next_cursor = paginate(tenant_list(uid=filters.get("uid")), query_params=request.query_params)
+        return Response({"data": [_tenant_output(t) for t in rows], "next_cursor": next_cursor})
+
+    @extend_schema(operation_id="tenants_create", request=io.TenantCreateInput, responses={201: io.TenantOutput})
+    def post(self, request):
+        data = _validated(io.TenantCreateInput, request.data)
+        try:
+            tenant = tenant_create(**data)
+        except UidTaken:
+            raise Conflict(f"A tenant with uid {data['uid']!r} exists already.") from None
+        return Response(_tenant_output(tenant), status=status.HTTP_201_CREATED,
+                        headers={"Location": reverse("tenant-detail", args=[tenant.id])})
+
+
+class TenantDetailView(PlatformAPIView):
+    """GET or PATCH one tenant; DELETE stops it at once and erases everything it owns (202)."""
+
+    @extend_schema(operation_id="tenants_retrieve", responses=io.TenantOutput)
+    def get(self, request, tenant):
+        return Response(_tenant_output(self.found_tenant(tenant)))
+
+    @extend_schema(operation_id="tenants_update", request=io.TenantUpdateInput, responses=io.TenantOutput)
+    def patch(self, request, tenant):
+        found = self.found_tenant(tenant)
+        data = _validated(io.TenantUpdateInput, request.data, partial=True)
+        return Response(_tenant_output(tenant_update(tenant=found, **data)))
+
+    @extend_schema(operation_id="tenants_delete", responses={202: io.TenantOutput})
+    def delete(self, request, tenant):
+        found = self.found_tenant(tenant)
+        return Response(_tenant_output(tenant_delete(tenant=found)), status=status.HTTP_202_ACCEPTED)
+
+
+class TenantCredentialCreateView(PlatformAPIView):
+    """POST: a new tenant credential for this tenant; its token is in this answer only."""
+
+    @extend_schema(operation_id="tenants_credentials_create", request=None, responses={201: io.CredentialOutput})
+    def post(self, request, tenant):
+        credential, token = tenant_credential_issue(tenant=self.found_tenant(tenant))
+        response = Response(io.CredentialOutput({"public_id": credential.public_id, "token": token,
+                                                 "created_at": credential.created_at}).data,
+                            status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
+        response.carries_secret = True  # the token: its stored replay is encrypted at rest
+        return response
+
+
+class TenantCredentialDetailView(PlatformAPIView):
+    """DELETE: revoke one of the tenant's credentials; the portal sessions it opened end too."""
+
+    @extend_schema(operation_id="tenants_credentials_revoke", responses={204: None})
+    def delete(self, request, tenant, credential_id):
+        found = self.found_tenant(tenant)
+        number = credential_id.removeprefix("cred_")
+        if not number.isdigit() or len(number) > 18 or not tenant_credential_revoke(
+                tenant=found, credential_id=int(number)):
+            raise NotFound()
         return Response(status=status.HTTP_204_NO_CONTENT)

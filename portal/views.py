@@ -25,9 +25,9 @@ from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
-from webhooks.services.portal import portal_link_redeem, portal_link_usable
+from webhooks.services.portal import portal_link_redeem, portal_link_usable, portal_session_tenant
 
-SESSION_TENANT, SESSION_SINCE = "portal_tenant", "portal_since"
+SESSION_TENANT, SESSION_SINCE, SESSION_LINK = "portal_tenant", "portal_since", "portal_link"
 OUTCOMES = ("succeeded", "failed", "pending", "cancelled")
 
 
@@ -55,11 +55,16 @@ def tenant_view(view):
     @wraps(view)
     def wrapper(request, *args, **kwargs):
         tenant_id, since = request.session.get(SESSION_TENANT), request.session.get(SESSION_SINCE, 0)
-        if tenant_id is None or time.time() - since > settings.PORTAL_SESSION_SECONDS:
+        # The session ends with its time, with its tenant (deleted) and with the credential that made
+        # its link (revoked): SPEC §10.
+        tenant = None
+        if tenant_id is not None and time.time() - since <= settings.PORTAL_SESSION_SECONDS:
+            tenant = portal_session_tenant(link_id=request.session.get(SESSION_LINK), tenant_id=tenant_id)
+        if tenant is None:
             request.session.flush()
             return _refused(request, "Your portal session has ended",
                             "Ask for a new portal link to come back.", 403)
-        request.tenant = Tenant.objects.get(pk=tenant_id)
+        request.tenant = tenant
         try:
             return view(request, *args, **kwargs)
         except (_NotTheirs, Delivery.DoesNotExist):  # (a delivery deleted by retention while resent)
@@ -75,11 +80,13 @@ def open_link(request, token: str):
         if not portal_link_usable(token=token):
             return _link_refused(request)
         return render(request, "portal/open.html")
-    tenant_id = portal_link_redeem(token=token)
-    if tenant_id is None:
+    opened = portal_link_redeem(token=token)
+    if opened is None:
         return _link_refused(request)
+    link_id, tenant_id = opened
     request.session.flush()  # a fresh session id: nothing carried over from before the link
     request.session[SESSION_TENANT], request.session[SESSION_SINCE] = tenant_id, time.time()
+    request.session[SESSION_LINK] = link_id
     request.session.set_expiry(settings.PORTAL_SESSION_SECONDS)
     return redirect("portal:endpoints")
 
@@ -189,6 +196,8 @@ def endpoint_new(request):
             try:
                 endpoint = endpoint_services.endpoint_create(tenant=request.tenant, **form.validated_data)
             except endpoint_services.EndpointUrlRefused as exc:
+                errors = {"url": str(exc)}
+            except endpoint_services.EndpointQuotaExceeded as exc:
                 errors = {"url": str(exc)}
             else:
                 messages.success(request, "Endpoint created. Reveal its signing secret below.")

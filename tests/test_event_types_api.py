@@ -6,8 +6,7 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from intake.models import ApiCredential
-from tests.conftest import Api, make_api
+from tests.conftest import Api
 from webhooks import event_schemas
 from webhooks.models import Delivery, DeliveryOutbox, Event, EventType
 
@@ -26,11 +25,11 @@ INVOICE_SCHEMA = {
 
 
 def make_platform_api() -> Api:
-    """A platform credential (SPEC §10). Its whole representation here: `ApiCredential.kind = "platform"`,
-    read by intake.permissions.credential_is_platform (reconcile with `create_credential --platform`)."""
-    api = make_api("the-platform")
-    ApiCredential.objects.filter(pk=api.credential.pk).update(kind=ApiCredential.PLATFORM)
-    return api
+    """A platform credential (SPEC §10), as `create_credential --platform` makes it."""
+    from intake.credentials import credential_create_platform
+
+    credential, token = credential_create_platform(name="the-platform")
+    return Api(token, credential)
 
 
 @pytest.fixture

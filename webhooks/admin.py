@@ -68,10 +68,13 @@ class _ReadOnlyMixin:
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "created_at")
-    search_fields = ("name",)
-    fields = ("name", "id", "created_at")
-    readonly_fields = ("id", "created_at")
+    """Tenants with the platform's `uid` and `metadata` (SPEC §10); a deleted one awaits its erasure by beat."""
+
+    list_display = ("name", "uid", "id", "max_endpoints", "created_at", "deleted_at")
+    list_filter = (("deleted_at", admin.EmptyFieldListFilter),)
+    search_fields = ("name", "uid__exact", "id__exact")
+    fields = ("name", "uid", "id", "max_endpoints", "metadata", "created_at", "deleted_at")
+    readonly_fields = ("id", "uid", "created_at", "deleted_at")
 
 
 class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):

@@ -9,17 +9,35 @@ from webhooks import crypto, ids
 
 
 class Tenant(models.Model):
-    """A customer of Herald; every endpoint, event and delivery belongs to exactly one."""
+    """A customer of Herald (or of the platform in front of it, SPEC §10); every endpoint, event and
+    delivery belongs to exactly one.
+
+    A deleted tenant (`deleted_at` set) is gone for the API at once and is erased by beat in batches
+    (intake/tenants.py); until then its row holds its place for the foreign keys of what it still owns.
+    """
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.tenant_id, editable=False)
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=200)
+    # The platform's own id for its customer (SPEC §10): unique among live tenants, so that a deleted
+    # customer's uid can be given to a new tenant at once.
+    uid = models.CharField(max_length=128, null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    # Endpoints it may have (null: TENANT_MAX_ENDPOINTS).
+    max_endpoints = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["uid"], condition=models.Q(deleted_at__isnull=True),
+                                               name="tenant_live_uid")]
+        indexes = [
+            # beat's erasure: the deleted tenants still to erase
+            models.Index(fields=["deleted_at"], name="tenant_deleted", condition=models.Q(deleted_at__isnull=False)),
+        ]
 
     def __str__(self) -> str:
-        return self.name
+        return self.name if self.uid is None else f"{self.name} ({self.uid})"
 
 
 class EventType(models.Model):
@@ -347,9 +365,14 @@ class PortalLink(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="portal_links")
     token_hash = models.CharField(max_length=64, unique=True)
+    # The API credential that made it (intake.ApiCredential's id; no foreign key: this app does not
+    # depend on intake). Revoking that credential ends the sessions the link opened (`ended_at`).
+    credential_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
+    # Set when its credential is revoked: the link no longer opens, and the session it opened ends.
+    ended_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"portal link of {self.tenant_id}, until {self.expires_at:%Y-%m-%d %H:%M}"

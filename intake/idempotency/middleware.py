@@ -20,6 +20,7 @@ from intake.idempotency.fingerprint import request_fingerprint
 from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
 from intake.metrics import intake_requests
 from intake.models import IdempotencyKey
+from intake.permissions import scope_refusal
 from intake.problems import problem_response
 from webhooks import tracing
 
@@ -94,6 +95,10 @@ class IdempotencyMiddleware:
                                     detail="Send a valid token as `Authorization: Bearer <token>`.",
                                     headers={"WWW-Authenticate": 'Bearer realm="herald"'})
         request.herald_credential = credential
+        refusal = scope_refusal(credential, request.path)
+        if refusal is not None:  # the wrong kind of credential for the path (SPEC §10)
+            return problem_response(status_code=refusal.status_code, code=refusal.default_code,
+                                    detail=str(refusal.detail))
 
         raw_key = request.META.get("HTTP_IDEMPOTENCY_KEY")
         if raw_key is None:

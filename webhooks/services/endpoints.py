@@ -58,6 +58,19 @@ def endpoint_url_check(*, url: str) -> None:
         raise EndpointUrlRefused(str(exc)) from None
 
 
+class EndpointQuotaExceeded(ValueError):
+    """The tenant has as many endpoints as it may (its `max_endpoints`, or TENANT_MAX_ENDPOINTS)."""
+
+
+class TenantGone(LookupError):
+    """The tenant was deleted while the call was under way."""
+
+
+def tenant_max_endpoints(tenant: Tenant) -> int:
+    """The endpoints a tenant may have: its own limit, or the deployment's default."""
+    return settings.TENANT_MAX_ENDPOINTS if tenant.max_endpoints is None else tenant.max_endpoints
+
+
 def endpoint_max_in_flight(endpoint: Endpoint) -> int:
     """The endpoint's cap on attempts in flight: its own, or the deployment's default."""
     return endpoint.max_in_flight or settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
@@ -67,13 +80,26 @@ def endpoint_max_in_flight(endpoint: Endpoint) -> int:
 def endpoint_create(*, tenant: Tenant, url: str = "", event_types: list[str], channels: list[str],
                     description: str = "", max_in_flight: int | None = None, throttle_rate: int | None = None,
                     ordering: str = Endpoint.UNORDERED, kind: str = Endpoint.HTTP) -> Endpoint:
-    """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`). A poll endpoint
-    has no URL: Herald never connects anywhere for it."""
+    """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`), within the
+    tenant's `max_endpoints`. A poll endpoint has no URL: Herald never connects anywhere for it.
+
+    The count is taken under the tenant's row lock (FOR NO KEY UPDATE: intake's inserts, which take
+    FOR KEY SHARE on it for their foreign key, do not wait for it), so two creates at the limit
+    cannot both pass; a deletion of the tenant waits for it too, and then takes the new endpoint down
+    with the others.
+    """
     if kind == Endpoint.POLL:
         if url:
             raise EndpointUrlRefused("A poll endpoint has no URL: its consumer reads its messages.")
     else:
-        endpoint_url_check(url=url)
+        endpoint_url_check(url=url)  # (a DNS lookup: before the lock)
+    locked = Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk, deleted_at__isnull=True).first()
+    if locked is None:
+        raise TenantGone(tenant.pk)
+    limit = tenant_max_endpoints(locked)
+    if Endpoint.objects.filter(tenant=locked, deleted_at__isnull=True).count() >= limit:
+        raise EndpointQuotaExceeded(
+            f"This tenant already has its {limit} endpoints (max_endpoints); delete one, or ask for a higher limit.")
     endpoint = Endpoint.objects.create(tenant=tenant, kind=kind, url=url, event_types=event_types, channels=channels,
                                        description=description, max_in_flight=max_in_flight,
                                        throttle_rate=throttle_rate, ordering=ordering)

@@ -20,13 +20,15 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Callable
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
-from webhooks.models import Delivery, DeliveryAttempt, Event
+from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Event,
+                             PortalLink, Tenant)
 
 logger = logging.getLogger("herald.retention")
 
@@ -64,6 +66,40 @@ SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries), (SELECT
 """
 
 
+class Pacer:
+    """Runs batches, each one short transaction, for up to `max_seconds` in all; after each it rests
+    `pause_ratio` times as long as the batch took (EVENT_RETENTION_PAUSE_RATIO), so that it never
+    takes more than its share of the database from intake and delivery. Retention and the erasure of
+    deleted tenants (and intake's part of it, intake/tenants.py) share it."""
+
+    def __init__(self, *, max_seconds: float | None = None, pause_ratio: float | None = None) -> None:
+        self.max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
+        self.pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
+        self.started = time.monotonic()
+        self.batches = 0
+
+    @property
+    def out_of_time(self) -> bool:
+        return time.monotonic() - self.started >= self.max_seconds
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def run(self, batch: Callable[[], bool]) -> bool:
+        """Call `batch` (it returns whether there is more to do) until it is done: True; or until the
+        time is up: False."""
+        while not self.out_of_time:
+            batch_started = time.monotonic()
+            more = batch()
+            self.batches += 1
+            if not more:
+                return True
+            if self.pause_ratio > 0:
+                time.sleep(self.pause_ratio * (time.monotonic() - batch_started))
+        return False
+
+
 @dataclass
 class Pruned:
     events: int = 0
@@ -81,24 +117,21 @@ class Pruned:
 def events_prune(*, now: datetime | None = None, days: int | None = None, batch: int | None = None,
                  max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
     """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
-    (the next run goes on from the oldest again). After each batch it rests `pause_ratio` times as
-    long as the batch took (EVENT_RETENTION_PAUSE_RATIO), so that it never takes more than its share
-    of the database from intake and delivery."""
+    (the next run goes on from the oldest again), paced by a Pacer."""
     days = settings.EVENT_RETENTION_DAYS if days is None else days
     batch = batch or settings.EVENT_RETENTION_BATCH
-    max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
-    pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
-    started = time.monotonic()
+    pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
     pruned, after = Pruned(), "evt_"
-    while time.monotonic() - started < max_seconds:
-        batch_started = time.monotonic()
+
+    def one_batch() -> bool:
+        nonlocal after
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_PICK_SQL, {"after": after, "before": before, "cutoff": cutoff, "batch": batch})
             picked = [row[0] for row in cursor.fetchall()]
             if not picked:
-                break
+                return False
             cursor.execute(_PENDING_SQL, {"events": picked})
             pending = {row[0] for row in cursor.fetchall()}
             doomed = [event_id for event_id in picked if event_id not in pending]
@@ -109,12 +142,110 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
                 pruned.events += events
                 pruned.deliveries += deliveries
                 pruned.attempts += attempts
-        pruned.batches += 1
         after = picked[-1]
-        if len(picked) < batch:
-            break
-        if pause_ratio > 0:
-            time.sleep(pause_ratio * (time.monotonic() - batch_started))
-    pruned.seconds = time.monotonic() - started
+        return len(picked) == batch
+
+    pacer.run(one_batch)
+    pruned.batches, pruned.seconds = pacer.batches, pacer.seconds
     logger.info("retention.pruned", extra={**pruned.__dict__, "cutoff": cutoff.isoformat()})
     return pruned
+
+
+# --- Erasure of a deleted tenant (SPEC §10) ---------------------------------------------------------
+# Everything of the tenant on the delivery side goes, with the same batches and pacing as retention, but
+# whatever the deliveries' states: its endpoints were taken down when it was deleted (so the claim
+# closes whatever is still queued), and its credentials revoked. One statement per batch: it locks up
+# to `batch` of the tenant's events (skipping one a manual retry holds: the next batch or run takes
+# it) and deletes them with their deliveries, attempts, outbox rows and leases.
+_TENANT_EVENTS_SQL = f"""
+WITH picked AS (
+    SELECT e.id FROM {_EVENT} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT d.id FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked)
+), attempts AS (
+    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+), outbox AS (
+    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+), leases AS (
+    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+), deliveries AS (
+    DELETE FROM {_DELIVERY} d WHERE d.id IN (SELECT id FROM doomed) RETURNING 1
+), events AS (
+    DELETE FROM {_EVENT} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
+)
+SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries),
+       (SELECT count(*) FROM attempts) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM leases)
+"""
+# Then its endpoints (none has a delivery left), with their secrets and any lease, a batch at a time.
+_TENANT_ENDPOINTS_SQL = f"""
+WITH picked AS (
+    SELECT e.id FROM {Endpoint._meta.db_table} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+), secrets AS (
+    DELETE FROM {EndpointSecret._meta.db_table} s WHERE s.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+), leases AS (
+    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+), endpoints AS (
+    DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
+)
+SELECT (SELECT count(*) FROM endpoints), (SELECT count(*) FROM secrets) + (SELECT count(*) FROM leases)
+"""
+_TENANT_PORTAL_LINKS_SQL = f"DELETE FROM {PortalLink._meta.db_table} WHERE tenant_id = %(tenant)s"
+# The tenant's row itself, last, once nothing of the delivery side and no credential (intake's) refers
+# to it: the foreign keys refuse it otherwise, and this statement deletes nothing.
+_TENANT_ROW_SQL = f"""
+DELETE FROM {Tenant._meta.db_table} t WHERE t.id = %(tenant)s AND t.deleted_at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM {_EVENT} e WHERE e.tenant_id = t.id)
+   AND NOT EXISTS (SELECT 1 FROM {_DELIVERY} d WHERE d.tenant_id = t.id)
+   AND NOT EXISTS (SELECT 1 FROM {Endpoint._meta.db_table} p WHERE p.tenant_id = t.id)
+"""
+
+
+@dataclass
+class Erased:
+    events: int = 0
+    deliveries: int = 0
+    other: int = 0  # attempts, outbox rows, leases, endpoints, secrets, portal links, keys, credentials
+
+    @property
+    def rows(self) -> int:
+        return self.events + self.deliveries + self.other
+
+
+def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
+    """Erase a deleted tenant's events, deliveries, attempts, endpoints, secrets and portal links, batch by
+    batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
+    batch = batch or settings.EVENT_RETENTION_BATCH
+
+    def events_batch() -> bool:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_TENANT_EVENTS_SQL, {"tenant": tenant_id, "batch": batch})
+            events, deliveries, other = cursor.fetchone()
+        erased.events += events
+        erased.deliveries += deliveries
+        erased.other += other
+        return events > 0
+
+    def endpoints_batch() -> bool:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_TENANT_ENDPOINTS_SQL, {"tenant": tenant_id, "batch": batch})
+            endpoints, other = cursor.fetchone()
+        erased.other += endpoints + other
+        return endpoints > 0
+
+    if not pacer.run(events_batch) or Event.objects.filter(tenant_id=tenant_id).exists():
+        return False  # out of time, or an event a retry held: the next run
+    if Delivery.objects.filter(tenant_id=tenant_id).exists():
+        return False  # (an intake that raced the deletion: the next run takes its event)
+    if not pacer.run(endpoints_batch) or Endpoint.objects.filter(tenant_id=tenant_id).exists():
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(_TENANT_PORTAL_LINKS_SQL, {"tenant": tenant_id})
+        erased.other += cursor.rowcount
+    return True
+
+
+def tenant_erase_row(*, tenant_id: str) -> bool:
+    """Delete the deleted tenant's own row, once nothing refers to it; whether it went."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TENANT_ROW_SQL, {"tenant": tenant_id})
+        return cursor.rowcount > 0
