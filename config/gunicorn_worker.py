@@ -162,7 +162,10 @@ class BufferedThreadWorker(ThreadWorker):
                 req.headers = [(name, value) for name, value in req.headers if name != "TRANSFER-ENCODING"]
                 req.headers.append(("CONTENT-LENGTH", str(len(body))))
                 req.body = io.BytesIO(body)
-        return super().handle_request(req, conn)
+        try:
+            return super().handle_request(req, conn)
+        except Parked as parked:   # a long-poll the view parked (below): its connection waits in the event loop
+            return parked
 
     def _refuse(self, pending: Pending, status: int, detail: str) -> None:
         self.log.info("Refused %s from %s: %s", status, _peer(pending.conn), detail)
@@ -243,11 +246,6 @@ class BufferedThreadWorker(ThreadWorker):
         finally:
             _current.conn = None
 
-    def handle_request(self, req, conn):
-        try:
-            return super().handle_request(req, conn)
-        except Parked as parked:
-            return parked
 
     def _keepalive_after(self, conn, keepalive):
         if isinstance(keepalive, Parked):
