@@ -114,6 +114,13 @@ class NotFound(exceptions.NotFound):
     default_detail = "No such object."
 
 
+class Conflict(exceptions.APIException):
+    """The object's state does not allow the call now (SPEC §5 `conflict`)."""
+
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "The object's state does not allow this now."
+
 
 def server_error(request, *args, **kwargs) -> HttpResponse:
     """handler500: problem+json like every other error (SPEC §5), never Django's HTML page."""

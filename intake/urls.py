@@ -10,6 +10,8 @@ urlpatterns = [
     path("endpoints/<str:endpoint_id>/rotate-secret", views.EndpointRotateSecretView.as_view(),
          name="endpoint-rotate-secret"),
     path("endpoints/<str:endpoint_id>/test", views.EndpointTestView.as_view(), name="endpoint-test"),
+    path("endpoints/<str:endpoint_id>/recover", views.EndpointRecoverView.as_view(), name="endpoint-recover"),
+    path("recoveries/<str:recovery_id>", views.RecoveryDetailView.as_view(), name="recovery-detail"),
     path("portal-links", views.PortalLinkView.as_view(), name="portal-links"),
     path("events", views.EventListCreateView.as_view(), name="event-list"),
     path("events/<str:event_id>", views.EventDetailView.as_view(), name="event-detail"),

@@ -62,3 +62,7 @@ def event_id() -> str:
 
 def delivery_id() -> str:
     return new_id("dlv")
+
+
+def recovery_id() -> str:
+    return new_id("rcv")
