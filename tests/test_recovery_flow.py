@@ -155,7 +155,8 @@ def test_two_recoveries_at_once_never_send_a_delivery_twice_at_the_same_moment(a
     assert max(receiver.max_in_flight.values()) == 1
     assert receiver.path_max_in_flight["/hook"] <= 5
     assert sum(final["done"] for final in finals) == 120
-    assert all(final["total"] == 120 for final in finals)
+    # each counted what was failed when it was made (the first, all of them; the second maybe fewer)
+    assert max(final["total"] for final in finals) == 120
     assert set(Delivery.objects.filter(endpoint_id=endpoint["id"]).values_list("status", flat=True)) == {
         Delivery.SUCCEEDED}
     # both workers drove the recoveries (their steps run wherever a worker takes them)
