@@ -100,3 +100,26 @@ def test_events_and_deliveries_lists_take_a_time_range(api, failed):
 
 def test_a_session_is_needed(failed):
     assert Client().post(f"/portal/endpoints/{failed['endpoint']}/recover", {"since": "2026-03-01T13:00"}).status_code == 403
+
+
+def test_the_admin_filters_events_and_deliveries_by_time_and_shows_recoveries(admin_client, api, failed):
+    """The admin's created_at list filter (its links and any ?created_at__gte=…&created_at__lt= range), and
+    the read-only recoveries pages."""
+    events = failed["events"]
+
+    def listed(url, **params):
+        response = admin_client.get(url, params)
+        assert response.status_code == 200
+        return sorted(str(obj.pk) for obj in response.context["cl"].result_list)
+
+    page = admin_client.get("/admin/webhooks/event/")
+    assert b"created_at__gte" in page.content  # the filter's links
+    assert listed("/admin/webhooks/event/", created_at__gte="2026-03-01 13:00:00+00:00",
+                  created_at__lt="2026-03-01 15:00:00+00:00") == events[1:3]
+    shown = listed("/admin/webhooks/delivery/", created_at__gte="2026-03-01 14:00:00+00:00", status__exact="failed")
+    assert shown == sorted(Delivery.objects.filter(event_id__in=events[2:]).values_list("pk", flat=True))
+    recovery = api.post(f"endpoints/{failed['endpoint']}/recover", {"since": "2026-03-01T12:00:00Z"}).json()
+    assert listed("/admin/webhooks/recovery/") == [recovery["id"]]
+    change = admin_client.get(f"/admin/webhooks/recovery/{recovery['id']}/change/")
+    assert change.status_code == 200 and b"running" in change.content
+    assert admin_client.post(f"/admin/webhooks/recovery/{recovery['id']}/delete/").status_code == 403
