@@ -167,10 +167,15 @@ def test_what_changed_after_the_recovery_was_made_is_left_out(api, outage):
         pk=recovery["id"]).batch
 
 
-def test_an_endpoint_disabled_meanwhile_still_completes(api, outage):
+def test_an_endpoint_disabled_meanwhile_ends_the_recovery_after_its_batch(api, outage, settings):
+    settings.WEBHOOK_RECOVER_BATCH = 2
     recovery = _recover(api, outage["endpoint"], {"since": "2026-03-01T12:00:00Z"}).json()
-    Endpoint.objects.filter(pk=outage["endpoint"]).update(enabled=False)
     assert recovery_step(recovery_id=recovery["id"], step=0) == "running"
-    # the claims close the released deliveries (no attempt): the batch counts as done
+    Endpoint.objects.filter(pk=outage["endpoint"]).update(enabled=False)
+    # the claims close the released deliveries (no attempt): the batch counts as done, nothing more goes
     Delivery.objects.filter(status=Delivery.PENDING).update(status=Delivery.FAILED, next_attempt_at=None)
     assert recovery_step(recovery_id=recovery["id"], step=1) == "completed"
+    final = api.get(f"recoveries/{recovery['id']}").json()
+    assert (final["status"], final["total"], final["done"]) == ("completed", 6, 2)
+    assert Delivery.objects.filter(status=Delivery.FAILED).count() == 6
+    assert Delivery.objects.filter(status=Delivery.PENDING).count() == 0

@@ -190,3 +190,23 @@ def test_a_day_of_failed_deliveries_recovers_in_order_within_the_cap(api, receiv
     with capsys.disabled():
         print(f"\nrecovery: 2000 deliveries in {elapsed:.2f} s = {2000 / elapsed:.0f}/s")
     assert Event.objects.filter(pk__in=events).count() == 2000
+
+
+def test_a_lost_step_is_sent_again_by_beat(api, receiver, processes, broker, settings):
+    """The recovery's first step is lost with the broker's queue (a flush): beat's dispatcher finds the
+    recovery stalled and sends its step again; it completes, each delivery sent once."""
+    endpoint = create_endpoint(api, receiver.url("/hook"))
+    start = datetime.now(timezone.utc) - timedelta(hours=2)
+    events = _seed_failed(Tenant.objects.get(pk=api.tenant.pk), endpoint["id"], 12, start=start,
+                          span=timedelta(hours=1))
+    response = api.post(f"endpoints/{endpoint['id']}/recover", {"since": start.isoformat()})
+    assert response.status_code == 202
+    assert ("webhooks.recovery_step", [response.json()["id"], 0]) in broker.published(settings.HERALD_PERIODIC_QUEUE)
+    broker.clear()
+    assert broker.published() == []
+    processes(celery_worker("rcv", concurrency=4, **OUTAGE))
+    processes(celery_beat(**OUTAGE))
+
+    final = _recovery_done(api, response.json()["id"], timeout=40)
+    assert final["done"] == final["total"] == 12
+    assert sorted(r.headers["webhook-id"] for r in receiver.received) == events

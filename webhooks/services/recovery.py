@@ -7,7 +7,8 @@ pending and are claimed like any other, within the endpoint's cap, breaker, fifo
 The next batch is released only once every delivery of this one has had its attempt (or was closed),
 so the batches reach the receiver in event order and a long outage's backlog never floods the queues.
 A step that finds its batch still under way sends itself again after WEBHOOK_RECOVER_POLL_SECONDS
-instead of waiting; beat sends again a step that was lost (`recoveries_resume`).
+(less often while nothing moves) instead of waiting; beat sends again a step that was lost
+(`recoveries_resume`). An endpoint disabled or deleted meanwhile ends the recovery after its batch.
 
 A recovery resends only what was failed when it was created and has not changed since (the delivery's
 `updated_at`): what another recovery, or a manual retry, has sent again meanwhile is left out. So two
@@ -88,11 +89,18 @@ def recovery_step(*, recovery_id: str, step: int) -> str | None:
                 cursor.execute(_WAITING_SQL, {"ids": recovery.batch, "released_at": recovery.released_at})
                 waiting = cursor.fetchone()[0]
                 if waiting:
-                    recovery.done = recovery.done_before + len(recovery.batch) - waiting
-                    return _save_and_continue(recovery, now)
+                    done = recovery.done_before + len(recovery.batch) - waiting
+                    # nothing moved (a tripped breaker, a slow receiver): look less often, up to every 5 s
+                    slower = None if done != recovery.done else min(
+                        5.0, max(settings.WEBHOOK_RECOVER_POLL_SECONDS, 2 * (now - recovery.updated_at).total_seconds()))
+                    recovery.done = done
+                    return _save_and_continue(recovery, now, countdown=slower)
                 recovery.done = recovery.done_before = recovery.done_before + len(recovery.batch)
-            cursor.execute(_WALK_SQL, _walk_params(recovery, batch=settings.WEBHOOK_RECOVER_BATCH))
-            rows = cursor.fetchall()
+            rows = []
+            # A disabled or deleted endpoint's claims would only close what is released: stop here.
+            if Endpoint.objects.filter(pk=recovery.endpoint_id, enabled=True, deleted_at__isnull=True).exists():
+                cursor.execute(_WALK_SQL, _walk_params(recovery, batch=settings.WEBHOOK_RECOVER_BATCH))
+                rows = cursor.fetchall()
         if not rows:
             recovery.status, recovery.completed_at, recovery.batch = Recovery.COMPLETED, now, []
             recovery.updated_at = now
