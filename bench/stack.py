@@ -1,8 +1,6 @@
 """Processes for a benchmark run: gunicorn, Celery workers, beat and the receiver, on a fresh database."""
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -12,16 +10,13 @@ from pathlib import Path
 import psycopg
 import requests
 
+from testkit import processes
+from testkit.processes import free_port  # noqa: F401 - bench/__main__ uses it from here
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LOGS = ROOT / ".data" / "bench"
 DB_NAME = "herald_bench"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 _SECRET_KEY = os.environ.get("SECRET_KEY") or "herald-bench-" + secrets.token_urlsafe(32)
@@ -53,66 +48,11 @@ def recreate_database() -> None:
     subprocess.run([str(BIN / "python"), "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=base_env(), check=True)
 
 
-class Proc:
+class Proc(processes.Process):
+    """A process of this run, its output in `.data/bench/<name>.log`."""
+
     def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None):
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.name = name
-        self.log = LOGS / f"{name}.log"
-        self._fh = open(self.log, "wb")
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._fh, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-        deadline = time.monotonic() + 60
-        while ready and ready not in self.log.read_text(errors="replace"):
-            if self.popen.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{name} did not start:\n{self.log.read_text(errors='replace')[-2000:]}")
-            time.sleep(0.05)
-
-    def pids(self) -> list[int]:
-        """The process and its children (gunicorn workers, Celery pool processes)."""
-        out = [self.popen.pid]
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if os.getpgid(int(proc.name)) == self.popen.pid:
-                        out.append(int(proc.name))
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return sorted(set(out))
-
-    def cpu_seconds(self) -> float:
-        """User and system CPU the process and its children have used so far."""
-        total = 0.0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
-
-    def peak_rss_mb(self) -> dict[int, float]:
-        peaks = {}
-        for pid in self.pids():
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        peaks[pid] = int(line.split()[1]) / 1024
-            except FileNotFoundError:
-                pass
-        return peaks
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self._fh.close()
+        super().__init__(name, argv, env, LOGS / f"{name}.log", ready=ready, timeout=60)
 
 
 class ConnectionSampler:
@@ -143,7 +83,7 @@ class ConnectionSampler:
 def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", **env) -> Proc:
     """`gunicorn config.wsgi` as the README starts it: only the bind is given, so the repository's
     gunicorn.conf.py sets the workers, for Herald and for the floors alike."""
-    argv = [str(BIN / "gunicorn"), app, "--bind", f"127.0.0.1:{port}"]
+    argv = processes.gunicorn_argv(port, app)
     proc = Proc(name, argv, base_env(**env), ready="Booting worker")
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -173,15 +113,14 @@ def bare_floor(port: int) -> Proc:
 def worker(name: str, *flags: str, **env) -> Proc:
     """`celery -A config worker` as the README starts it (the configured pool and concurrency), named;
     `flags` are added (a pool comparison)."""
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h", *flags]
+    argv = processes.celery_worker_argv(name, *flags)
     env = base_env(**env)
     env["LOG_LEVEL"] = "INFO"  # the ready line is logged at INFO
     return Proc(f"worker-{name}", argv, env, ready="ready.")
 
 
 def beat(**env) -> Proc:
-    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule",
-            str(LOGS / "celerybeat-schedule")]
+    argv = processes.celery_beat_argv(LOGS / "celerybeat-schedule")
     e = base_env(**env)
     e["LOG_LEVEL"] = "INFO"
     return Proc("beat", argv, e, ready="beat: Starting...")

@@ -1,7 +1,6 @@
 """Herald's whole stack as real processes on 127.0.0.1: its own PostgreSQL and Redis, gunicorn, Celery, beat."""
 from __future__ import annotations
 
-import atexit
 import base64
 import glob
 import hashlib
@@ -13,12 +12,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testkit import processes
+from testkit.processes import free_port, wait_until  # noqa: F401 - the scenarios use them from here
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".data" / "blackbox"
@@ -48,55 +49,6 @@ HERALD_ENV = {
 RETRY_SCHEDULE = tuple(int(s) for s in HERALD_ENV["WEBHOOK_RETRY_SCHEDULE"].split(","))
 TIMEOUT_SECONDS = float(HERALD_ENV["WEBHOOK_TIMEOUT_SECONDS"])
 INTAKE_MAX_BODY_BYTES = 262144  # Herald's default, not overridden here
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
-    """Poll `predicate` until truthy (return its value) or raise TimeoutError after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
-
-
-# ---------------------------------------------------------------- process groups and /proc
-
-def group_pids(pgid: int) -> list[int]:
-    """Every live pid whose process group is `pgid` (read from /proc/PID/stat)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the command may contain spaces and parentheses: split after the last ')'
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-def rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def socket_owners(local_ports: set[int]) -> dict[int, int]:
@@ -136,118 +88,11 @@ def socket_owners(local_ports: set[int]) -> dict[int, int]:
 
 # ---------------------------------------------------------------- one Herald process
 
-class Proc:
-    """A subprocess leading its own process group, logging to a file, always killed at the end."""
+class Proc(processes.Process):
+    """A process of this run, its output appended to `.data/blackbox/logs/<name>.log` (a restart adds to it)."""
 
     def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, timeout: float = 60):
-        self.name = name
-        self.argv = argv
-        LOGS.mkdir(parents=True, exist_ok=True)
-        self.log_path = LOGS / f"{name}.log"
-        self._log = open(self.log_path, "ab")
-        self._log.write(f"\n==== {time.strftime('%H:%M:%S')} start {shlex.join(argv)}\n".encode())
-        self._log.flush()
-        self._start_offset = self.log_path.stat().st_size
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pgid = self.popen.pid
-        _registry.add(self)
-        if ready:
-            self.wait_for_output(ready, timeout)
-
-    def output(self) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(self._start_offset)
-            return f.read().decode(errors="replace")
-
-    def wait_for_output(self, text: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early (rc {self.popen.returncode}); "
-                                   f"log {self.log_path}:\n{self.output()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready after {timeout}s; log {self.log_path}")
-            time.sleep(0.1)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def pids(self) -> list[int]:
-        return group_pids(self.pgid)
-
-    def rss_mb(self) -> float:
-        return sum(rss_kb(pid) for pid in self.pids()) / 1024
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group: a crash, no chance to clean up or requeue."""
-        try:
-            os.killpg(self.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            self.popen.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def stop(self, grace: float = 8) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.pgid, signal.SIGTERM)
-                self.popen.wait(grace)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                pass
-        # children of a stopped leader (prefork pool, gunicorn workers) go too
-        try:
-            os.killpg(self.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            self.popen.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        _registry.discard(self)
-        if not self._log.closed:
-            self._log.close()
-
-
-class _Registry:
-    """Every process and server this run started, so that an exit of any kind stops them all."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.procs: list[Proc] = []
-        self.cleanups: list = []
-
-    def add(self, proc: Proc) -> None:
-        with self._lock:
-            self.procs.append(proc)
-
-    def discard(self, proc: Proc) -> None:
-        with self._lock:
-            if proc in self.procs:
-                self.procs.remove(proc)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            procs, self.procs = list(self.procs), []
-            cleanups, self.cleanups = list(self.cleanups), []
-        for proc in reversed(procs):
-            try:
-                os.killpg(proc.pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for cleanup in reversed(cleanups):
-            try:
-                cleanup()
-            except Exception:  # noqa: BLE001 - best effort at exit
-                pass
-
-
-_registry = _Registry()
-atexit.register(_registry.stop_all)
+        super().__init__(name, argv, env, LOGS / f"{name}.log", ready=ready, timeout=timeout, append=True)
 
 
 def install_signal_handlers() -> None:
@@ -317,7 +162,7 @@ class Postgres:
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k /tmp -c max_connections=200 "
                    f"-c fsync=off -c full_page_writes=off")
         self._ctl("-l", str(self.log), "-o", options, "start", "-w", "-t", "60")
-        _registry.cleanups.append(self.stop)
+        processes.at_exit(self.stop)
         self._wait_ready()
         subprocess.run(["psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", "root", "-d", "postgres",
                         "-c", f"CREATE DATABASE {DB_NAME}"], check=True, capture_output=True, timeout=60)
@@ -555,7 +400,7 @@ class Stack:
         """`gunicorn config.wsgi` as the README starts it: the repository's gunicorn.conf.py sets the workers (two
         by default); `env` overrides settings (for one scenario)."""
         self.web_port = self.web_port or free_port()
-        argv = [str(VENV_BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{self.web_port}"]
+        argv = processes.gunicorn_argv(self.web_port)
         proc = self.procs["web"] = Proc("gunicorn", argv, {**self.env(), **env}, ready="Booting worker", timeout=90)
         wait_until(lambda: len(proc.pids()) >= 3, 60, 0.2, "two gunicorn workers")
         return proc
@@ -571,7 +416,7 @@ class Stack:
         """`celery -A config worker` as the README starts it; `env` overrides settings (for one scenario)."""
         self.worker_serial += 1
         name = f"w{self.worker_serial}"
-        argv = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h"]
+        argv = processes.celery_worker_argv(name)
         proc = self.procs[name] = Proc(f"worker-{name}", argv, {**self.env(), **env}, ready="ready.", timeout=90)
         return proc
 
@@ -583,7 +428,7 @@ class Stack:
         schedule = DATA / "beat-schedule"
         for stale in DATA.glob("beat-schedule*"):
             stale.unlink()
-        argv = [str(VENV_BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO", "--schedule", str(schedule)]
+        argv = processes.celery_beat_argv(schedule)
         proc = self.procs["beat"] = Proc("beat", argv, self.env(), ready="beat: Starting...", timeout=90)
         return proc
 
@@ -632,7 +477,7 @@ class Stack:
         if self.rabbitmq:
             self.rabbitmq.stop()
         self.pg.stop()
-        _registry.stop_all()
+        processes.stop_all()
 
 
 # Never a proxy: every request of the harness goes straight to 127.0.0.1.

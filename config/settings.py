@@ -25,7 +25,7 @@ HERALD_ENCRYPTION_KEYS = env_list("HERALD_ENCRYPTION_KEYS", "")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 # Where users reach Herald (e.g. https://hooks.example.com), usually through a proxy that terminates TLS.
-# Portal links are built on it (portal/links.py), its host is allowed, and its origin is trusted by the
+# Portal links are built on it (intake/links.py), its host is allowed, and its origin is trusted by the
 # CSRF check of the portal's and the admin's forms: behind a proxy the Host gunicorn sees need not be the
 # one in the browser's Origin. When it is https, every cookie is Secure, browsers are told to keep to
 # https (HSTS), and a request whose proxy says `X-Forwarded-Proto: https` counts as secure: the proxy in

@@ -11,8 +11,8 @@ from rest_framework.views import APIView
 
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
+from intake.links import portal_link_url
 from intake.problems import Conflict, NotFound
-from portal.links import portal_link_url
 from webhooks import selectors
 from webhooks.models import Delivery
 from webhooks.services import delivery as delivery_services

@@ -1,19 +1,17 @@
 """Real Herald processes for tests: Celery workers and beat, gunicorn, a private redis-server, Prometheus."""
 import os
 import shutil
-import signal
-import socket
 import string
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
+from testkit import processes
+from testkit.processes import free_port  # noqa: F401 - tests use it from here
 from tests.conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+BIN = processes.BIN
 # Every process's output and scratch files: emptied when a test session starts (tests/conftest.py), kept
 # after it for a look at what failed, never left in the machine's temp dir.
 RUN_DIR = ROOT / "tests" / "artifacts" / "run"
@@ -25,64 +23,19 @@ def run_dir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=RUN_DIR))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Process:
-    """A subprocess in its own process group, its output in a log file, stopped for sure at the end."""
+class Process(processes.Process):
+    """A process of one test, its output in a new log file under RUN_DIR."""
 
     def __init__(self, name: str, argv: list[str], env: dict, ready: str | None = None, timeout: float = 30):
-        self.name = name
         RUN_DIR.mkdir(parents=True, exist_ok=True)
-        self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=RUN_DIR)[1])
-        self._log = open(self.log_path, "wb")
-        self.popen = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-        if ready:
-            try:
-                self.wait_for_output(ready, timeout)
-            except BaseException:
-                self.stop()  # never leave a half-started process consuming the test queue
-                raise
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for_output(self, text: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early:\n{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} not ready after {timeout}s:\n{self.output()[-3000:]}")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group: a crash, with no chance to clean up or requeue."""
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.popen.wait(10)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                self.kill()
-        self._log.close()
+        log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=RUN_DIR)[1])
+        super().__init__(name, argv, env, log_path, ready=ready, timeout=timeout)
 
 
 def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None, **env) -> Process:
     """`celery -A config worker` as the README runs it (threads, WEBHOOK_WORKER_CONCURRENCY), unless the
     test asks for another `concurrency` (None: the configured one) or `pool`."""
-    argv = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--hostname", f"{name}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    argv = processes.celery_worker_argv(name, "--without-gossip", "--without-mingle", "--without-heartbeat")
     if pool:
         argv += ["--pool", pool]
     if concurrency:
@@ -93,7 +46,7 @@ def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | Non
 def celery_beat(loglevel: str = "INFO", **env) -> Process:
     """`celery -A config beat`; with `loglevel="DEBUG"` its dispatcher ticks show (they log at DEBUG)."""
     schedule = run_dir("beat") / "schedule"
-    argv = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", loglevel, "--schedule", str(schedule)]
+    argv = processes.celery_beat_argv(schedule, loglevel)
     return Process("beat", argv, subprocess_env(**env), ready="beat: Starting...")
 
 
@@ -102,7 +55,7 @@ def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: 
     """The API as in production (gunicorn.conf.py); with threads > 1 each worker serves requests concurrently,
     with workers and threads None gunicorn.conf.py's own (as `gunicorn config.wsgi` alone starts it).
     `launcher` runs before it (e.g. `unshare …`), ending with gunicorn's command line."""
-    argv = [*launcher, str(BIN / "gunicorn"), "config.wsgi", "--bind", f"127.0.0.1:{port}"]
+    argv = [*launcher, *processes.gunicorn_argv(port)]
     if workers is not None:
         argv += ["--workers", str(workers)]
     if threads is not None:

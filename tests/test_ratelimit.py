@@ -103,8 +103,10 @@ def test_one_credential_at_three_times_its_limit_gets_the_limit_and_another_is_n
     # B is never throttled and not slowed
     bystood = results["bystander"]
     assert len(bystood) >= 45 and {status for _, status, _ in bystood} <= {200, 202}, bystood
+    # about fifty samples: the p99 is the single slowest request, which a busy 2-core CI machine can stall
+    # (GC, a fsync) whatever the limiter does; the median and p90 say whether B waits behind A
     latencies = sorted(took for _, _, took in bystood)
-    assert latencies[int(0.99 * len(latencies))] < 0.5, latencies
+    assert latencies[len(latencies) // 2] < 0.1 and latencies[int(0.9 * len(latencies))] < 0.5, latencies
 
 
 def test_without_redis_the_limit_fails_open_says_so_once_and_comes_back_with_redis(processes, redis_server):

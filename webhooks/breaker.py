@@ -24,6 +24,12 @@ class BreakerState:
     failed_probes: int
     failing_since: datetime | None
 
+    @property
+    def healthy(self) -> bool:
+        """Not tripped, and no failure since the last success (webhooks/sql/endpoint_healthy.sql, the same
+        rule for the claim and the record, which read it in PostgreSQL)."""
+        return self.tripped_at is None and not self.consecutive_failures and self.failing_since is None
+
 
 @dataclass(frozen=True)
 class BreakerChange:
@@ -45,7 +51,7 @@ def after_attempt(*, state: BreakerState, ok: bool, probe: bool, now: datetime, 
                   maximum: float) -> BreakerChange:
     """The breaker after one recorded attempt (`probe`: the one attempt let through while tripped)."""
     if ok:
-        if not state.consecutive_failures and state.tripped_at is None and state.failing_since is None:
+        if state.healthy:
             return BreakerChange()
         return BreakerChange({"consecutive_failures": 0, "failing_since": None, "tripped_at": None,
                               "next_probe_at": None, "failed_probes": 0},

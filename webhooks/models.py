@@ -85,8 +85,8 @@ class EndpointSecret(models.Model):
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="secrets")
     # The Fernet token of the `whsec_…` secret (about 165 characters). Its column keeps the name and the
-    # type (varchar) of `secret`, which the claim function (migrations 0007, 0009) returns to the
-    # worker to decrypt.
+    # type (varchar) of `secret`, which the claim function (webhooks/sql/delivery_claim.sql) returns to
+    # the worker to decrypt.
     encrypted_secret = models.CharField(max_length=500, db_column="secret")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)

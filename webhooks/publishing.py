@@ -26,6 +26,9 @@ from kombu import Queue
 
 logger = logging.getLogger("herald.publishing")
 
+# The task that takes a message of delivery ids (webhooks/tasks.py registers it under this name).
+DELIVER_MANY = "webhooks.deliver_many"
+
 
 def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wait: bool = False,
                        mark: datetime | None = None) -> None:
@@ -76,20 +79,19 @@ def publish(batch: list[tuple[str, list[str], datetime]]) -> bool:
     which the worker reports as its queue's progress (webhooks/progress.py). False if the broker
     refused or could not be reached (logged, never raised): on RabbitMQ publisher confirms make a
     message the broker did not take count as a failure too."""
-    from webhooks.tasks import deliver_many
-
     by_queue: dict[str, tuple[list[str], datetime]] = {}
     for queue, ids, mark in batch:
         held, latest = by_queue.get(queue, ([], mark))
         by_queue[queue] = (held + ids, max(latest, mark))
     chunk = settings.WEBHOOK_ENQUEUE_CHUNK
     try:
-        with deliver_many.app.producer_or_acquire() as producer, producer.batch():
+        with current_app.producer_or_acquire() as producer, producer.batch():
             for queue, (ids, mark) in by_queue.items():
                 for start in range(0, len(ids), chunk):
                     part = ids[start:start + chunk]
-                    deliver_many.apply_async((part, queue, mark.isoformat()), producer=producer, queue=queue,
-                                             argsrepr=f"[{len(part)} ids]", kwargsrepr="")
+                    # by name, so that publishing (below the services) never imports the tasks above them
+                    current_app.send_task(DELIVER_MANY, (part, queue, mark.isoformat()), producer=producer,
+                                          queue=queue, argsrepr=f"[{len(part)} ids]", kwargsrepr="")
     except Exception as exc:  # broker down: the rows are safe and the dispatcher will publish them
         ids = [i for _, part, _ in batch for i in part]
         logger.warning("delivery.enqueue_failed", extra={"delivery_ids": ids[:20], "count": len(ids),

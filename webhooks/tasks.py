@@ -5,6 +5,7 @@ from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 
 from webhooks import engine, progress
+from webhooks.publishing import DELIVER_MANY
 from webhooks.models import DISPATCHER, Heartbeat
 from webhooks.services import delivery as delivery_service
 from webhooks.services import recovery as recovery_service
@@ -19,7 +20,7 @@ def deliver(delivery_id: str) -> None:
     _deliver(delivery_id)
 
 
-@shared_task(name="webhooks.deliver_many", ignore_result=True)
+@shared_task(name=DELIVER_MANY, ignore_result=True)
 def deliver_many(delivery_ids: list[str], queue: str, mark: str) -> None:
     """`deliver` for each of a message's ids; then report the message's mark as the queue's progress."""
     for delivery_id in delivery_ids:

@@ -25,59 +25,9 @@ the counter adds no lock wait (and no deadlock) between them in practice.
 """
 from django.db import migrations, models
 
-SHARDS = 64
-# the advisory locks' first key: 'hrld' as an int4 (beat's leader lock uses the one-bigint form: another key space)
-LOCK_CLASS = int.from_bytes(b"hrld", "big")
+from webhooks import sql
 
-# Adds a change to a shard that no other open transaction holds (see above): the writer's own first,
-# the next ones after it, and only when all are held does it wait for its own.
-ADD = rf"""
-CREATE OR REPLACE FUNCTION herald_delivery_count_add(p_pending bigint, p_failed bigint) RETURNS void
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_first integer := pg_backend_pid() % {SHARDS};
-    v_shard integer;
-BEGIN
-    IF p_pending = 0 AND p_failed = 0 THEN
-        RETURN;
-    END IF;
-    FOR i IN 0..{SHARDS - 1} LOOP
-        v_shard := (v_first + i) % {SHARDS};
-        EXIT WHEN pg_try_advisory_xact_lock({LOCK_CLASS}, v_shard);
-        v_shard := NULL;
-    END LOOP;
-    IF v_shard IS NULL THEN
-        v_shard := v_first;
-        PERFORM pg_advisory_xact_lock({LOCK_CLASS}, v_shard);
-    END IF;
-    INSERT INTO webhooks_deliverycount AS c (shard, pending, failed) VALUES (v_shard, p_pending, p_failed)
-    ON CONFLICT (shard) DO UPDATE SET pending = c.pending + EXCLUDED.pending, failed = c.failed + EXCLUDED.failed;
-END
-$fn$;
-"""
-
-# Every trigger's function: what one statement or one row changed, added to a shard.
-COUNTED = r"""
-CREATE OR REPLACE FUNCTION herald_delivery_counted() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    IF TG_OP = 'TRUNCATE' THEN
-        DELETE FROM webhooks_deliverycount;
-    ELSIF TG_LEVEL = 'ROW' THEN
-        -- an update that changed the row's status (the trigger's WHEN)
-        PERFORM herald_delivery_count_add((NEW.status = 'pending')::integer - (OLD.status = 'pending')::integer,
-                                          (NEW.status = 'failed')::integer - (OLD.status = 'failed')::integer);
-    ELSE
-        -- an insert or a delete statement: its rows, in the transition table both triggers name `changed`
-        PERFORM herald_delivery_count_add(
-                    CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END * count(*) FILTER (WHERE status = 'pending'),
-                    CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END * count(*) FILTER (WHERE status = 'failed'))
-           FROM changed;
-    END IF;
-    RETURN NULL;
-END
-$fn$;
-"""
+# The two functions (herald_delivery_count_add, herald_delivery_counted) are webhooks/sql/delivery_count*.sql.
 
 # Writers wait for the lock until the triggers and the first count are in place together, so that no
 # change is counted twice or missed.
@@ -99,8 +49,7 @@ SELECT 0, (SELECT count(*) FROM webhooks_delivery WHERE status = 'pending'),
           (SELECT count(*) FROM webhooks_delivery WHERE status = 'failed')
 """
 DROP = [f"DROP TRIGGER {name} ON webhooks_delivery" for name in (
-    "delivery_count_insert", "delivery_count_update", "delivery_count_delete", "delivery_count_truncate")] + [
-    "DROP FUNCTION herald_delivery_counted()", "DROP FUNCTION herald_delivery_count_add(bigint, bigint)"]
+    "delivery_count_insert", "delivery_count_update", "delivery_count_delete", "delivery_count_truncate")]
 
 
 class Migration(migrations.Migration):
@@ -118,6 +67,7 @@ class Migration(migrations.Migration):
                 ("failed", models.BigIntegerField(default=0)),
             ],
         ),
-        # Each function goes as one statement (a list), not through Django's splitting on semicolons.
-        migrations.RunSQL([LOCK, ADD, COUNTED, *TRIGGERS, FIRST_COUNT], DROP),
+        # the triggers need their function now, not after the migrate
+        migrations.RunPython(sql.migration_install, migrations.RunPython.noop),
+        migrations.RunSQL([LOCK, *TRIGGERS, FIRST_COUNT], DROP),
     ]

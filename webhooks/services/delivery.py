@@ -10,7 +10,7 @@ not go now is *parked*: no attempt, no retry step, no worker held. The record, u
 releases the lease and hands the oldest parked delivery on (to the worker's engine, or else into the
 queue). Because both sides hold the lock, a delivery can never park just after the last attempt in
 flight looked for someone to hand its slot to. The claim and the record are PL/pgSQL functions:
-migrations/0007_claim_and_record_functions.py has them and their rules (0009 redefines three for the outbox).
+webhooks/sql/ has them and their rules, one file each.
 """
 import contextlib
 import functools
@@ -49,7 +49,7 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
  WHERE ep.id = %(endpoint)s
    FOR NO KEY UPDATE
 """
-# The functions are defined, and their rules explained, in migrations/0007_claim_and_record_functions.py (and 0009).
+# The functions are defined, and their rules explained, in webhooks/sql/ (one file each).
 _CLAIM_MANY_SQL = "SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)"
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
 # The slow path records under the endpoint lock it already holds, in its own transaction.

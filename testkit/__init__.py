@@ -1,0 +1,1 @@
+"""Shared by tests/, bench/ and blackbox/: the process supervisor (processes.py)."""

@@ -1,0 +1,36 @@
+"""The PostgreSQL functions are the files in webhooks/sql/: what a migrated database runs is what they say."""
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from webhooks import sql
+
+
+@pytest.mark.django_db
+def test_every_installed_function_is_its_file():
+    installed = sql.installed_bodies(connection)
+    assert sorted(installed) == sorted(sql.function_name(path) for path in sql.files())
+    for path in sql.files():
+        assert installed[sql.function_name(path)] == sql.body(path.read_text()), path.name
+    assert sql.differences(connection) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_changed_function_is_put_back_by_the_next_migrate():
+    """What a hand-edited or stale function becomes after `manage.py migrate`, with nothing to migrate."""
+    name = sql.function_name(sql.FOLDER / "delivery_count_add.sql")
+    with connection.cursor() as cursor:
+        cursor.execute(f"""CREATE OR REPLACE FUNCTION {name}(p_pending bigint, p_failed bigint) RETURNS void
+                           LANGUAGE plpgsql AS $fn$ BEGIN RETURN; END $fn$""")
+    assert sql.differences(connection) == [name]
+    call_command("migrate", verbosity=0)
+    assert sql.differences(connection) == []
+
+
+def test_each_function_is_in_one_file_and_no_migration_holds_a_body():
+    """No second current copy: the migrations install the files instead of carrying the SQL."""
+    names = [sql.function_name(path) for path in sql.files()]
+    assert len(names) == len(set(names))
+    migrations = sql.FOLDER.parent / "migrations"
+    for migration in migrations.glob("0*.py"):
+        assert "CREATE OR REPLACE FUNCTION" not in migration.read_text(), migration.name

@@ -1,0 +1,50 @@
+-- The record of one attempt's outcome: the attempt row, the delivery's next state, the breaker, the lease released and the room handed on.
+CREATE OR REPLACE FUNCTION herald_delivery_record(
+    p_id varchar, p_number integer, p_started_at timestamptz, p_duration_ms integer, p_response_status integer,
+    p_response_body text, p_error varchar, p_status varchar, p_next_attempt_at timestamptz,
+    p_lease_end timestamptz, p_endpoint varchar, p_default_cap integer, p_fast boolean, p_hand_on integer,
+    p_locked boolean DEFAULT false)
+RETURNS TABLE (applied boolean, moved boolean, handed varchar[])
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_variable
+DECLARE
+    ep record;
+    v_moved boolean := false;
+BEGIN
+    IF p_locked THEN
+        SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint;
+    ELSE
+        SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint FOR NO KEY UPDATE;
+    END IF;
+    -- The fast path (a success on an endpoint the claim saw healthy) applies only if the endpoint,
+    -- read under the lock, is still healthy with nothing to reset: the breaker and operational events
+    -- are the slow path's business, which calls this with p_fast off.
+    IF p_fast AND NOT (ep.enabled AND ep.deleted_at IS NULL
+                       AND herald_endpoint_healthy(ep.tripped_at, ep.consecutive_failures, ep.failing_since)) THEN
+        RETURN QUERY SELECT false, false, ARRAY[]::varchar[];
+        RETURN;
+    END IF;
+    -- The attempt is recorded whatever happened; the delivery moves on only if our lease still held
+    -- it and it is still pending (a delete may have cancelled it meanwhile).
+    INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, response_status,
+                                          response_body, error, created_at)
+    VALUES (p_id, p_number, p_started_at, p_duration_ms, p_response_status, p_response_body, p_error, now())
+    ON CONFLICT (delivery_id, number) DO NOTHING;
+    DELETE FROM webhooks_deliverylease l WHERE l.delivery_id = p_id AND l.until = p_lease_end;
+    IF FOUND THEN
+        -- A retry changes no indexed column of the delivery: a HOT update where its page has room.
+        UPDATE webhooks_delivery d
+           SET status = p_status, next_attempt_at = p_next_attempt_at, attempt_count = p_number, updated_at = now()
+         WHERE d.id = p_id AND d.status = 'pending';
+        v_moved := FOUND;
+        IF v_moved AND p_status = 'pending' THEN
+            -- its retry's message, due at its time (a relay publishes it then)
+            INSERT INTO webhooks_deliveryoutbox AS o (delivery_id, due_at, published_at, periodic)
+            VALUES (p_id, p_next_attempt_at, NULL, true)
+            ON CONFLICT (delivery_id) DO UPDATE SET due_at = EXCLUDED.due_at, published_at = NULL, periodic = true;
+        END IF;
+    END IF;
+    -- Up to p_hand_on parked deliveries take the room the endpoint has now.
+    RETURN QUERY SELECT true, v_moved, herald_endpoint_hand_on(p_endpoint, p_default_cap, p_hand_on);
+END
+$fn$;
