@@ -18,6 +18,7 @@ claim keeps any delivery from being sent twice at the same moment whatever else 
 import logging
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -26,6 +27,8 @@ from webhooks.models import Delivery, Endpoint, Recovery, Tenant
 from webhooks.services.delivery import deliveries_retry
 
 logger = logging.getLogger("herald.recovery")
+
+RECOVERY_STEP = "webhooks.recovery_step"  # the task (webhooks/tasks.py)
 
 _DELIVERY = Delivery._meta.db_table
 
@@ -137,10 +140,12 @@ def recoveries_resume() -> list[str]:
 
 
 def _send_step(recovery: Recovery, *, countdown: float, on_commit: bool = True) -> None:
-    from webhooks.tasks import recovery_step as task
+    # by name, like the delivery messages (webhooks/publishing.py): the task module imports this one;
+    # CELERY_TASK_ROUTES sends it to the periodic queue
+    step = recovery.step
 
     def send():
-        task.apply_async((recovery.pk, recovery.step), countdown=countdown or None)
+        current_app.send_task(RECOVERY_STEP, (recovery.pk, step), countdown=countdown or None)
 
     if on_commit:
         transaction.on_commit(send, robust=True)  # a broker that fails leaves it to beat's resume
