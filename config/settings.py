@@ -320,7 +320,7 @@ CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name, queue_a
                            for name in (CELERY_TASK_DEFAULT_QUEUE, HERALD_PERIODIC_QUEUE))
 CELERY_TASK_ROUTES = {name: {"queue": HERALD_PERIODIC_QUEUE} for name in (
     "webhooks.dispatch_due", "webhooks.disable_failing_endpoints", "intake.prune_idempotency_keys",
-    "webhooks.prune_events", "intake.erase_tenants")}
+    "webhooks.prune_events", "intake.erase_tenants", "webhooks.recovery_step")}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -359,6 +359,10 @@ WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 # Each worker writes a heartbeat to PostgreSQL this often (webhooks/liveness.py); /metrics counts as
 # live the workers heard from within three intervals (herald_workers_live).
 WEBHOOK_WORKER_HEARTBEAT_SECONDS = env_float("WEBHOOK_WORKER_HEARTBEAT_SECONDS", 10)
+# A recovery (SPEC §11) resends this many failed deliveries at a time, and the next batch once each of
+# them has had its attempt; its step looks at the batch's progress this often (never holding a thread).
+WEBHOOK_RECOVER_BATCH = env_int("WEBHOOK_RECOVER_BATCH", 500)
+WEBHOOK_RECOVER_POLL_SECONDS = env_float("WEBHOOK_RECOVER_POLL_SECONDS", 0.2)
 IDEMPOTENCY_PRUNE_BATCH = env_int("IDEMPOTENCY_PRUNE_BATCH", 5000)
 HERALD_VERSION = "0.1.0"
 

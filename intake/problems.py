@@ -136,7 +136,8 @@ class TenantRequired(exceptions.APIException):
 
 
 class Conflict(exceptions.APIException):
-    """409 `conflict`: the object clashes with another (a tenant uid already taken)."""
+    """409 `conflict`: the object clashes with another (a tenant uid already taken), or its state does not
+    allow the call now (a recovery of a disabled endpoint)."""
 
     status_code = 409
     default_code = "conflict"

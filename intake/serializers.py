@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event, EventType
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event, EventType, Recovery
 from webhooks.services import polling
 from webhooks.services.endpoints import endpoint_max_in_flight
 
@@ -224,7 +224,22 @@ class DeliveryDetailOutput(DeliveryOutput):
         fields = DeliveryOutput.Meta.fields + ["attempts"]
 
 
-class DeliveryFilterInput(serializers.Serializer):
+class CreatedRangeInput(serializers.Serializer):
+    """`?created_after=` (inclusive) and `?created_before=` (exclusive): ISO 8601; without an offset, UTC."""
+
+    created_after = serializers.DateTimeField(required=False, help_text=(
+        "Only what was created at or after this time (ISO 8601; without an offset, UTC)."))
+    created_before = serializers.DateTimeField(required=False, help_text=(
+        "Only what was created before this time (ISO 8601; without an offset, UTC)."))
+
+    def validate(self, attrs):
+        after, before = attrs.get("created_after"), attrs.get("created_before")
+        if after is not None and before is not None and after >= before:
+            raise serializers.ValidationError({"created_before": ["Must be later than created_after."]})
+        return attrs
+
+
+class DeliveryFilterInput(CreatedRangeInput):
     status = serializers.ChoiceField(choices=[choice for choice, _ in Delivery.STATUSES], required=False)
     endpoint = serializers.CharField(required=False, max_length=40)
     event = serializers.CharField(required=False, max_length=40)
@@ -249,6 +264,30 @@ class EventTypeOutput(serializers.ModelSerializer):
     class Meta:
         model = EventType
         fields = ["id", "name", "description", "schema", "example", "created_at", "updated_at"]
+
+
+class RecoveryCreateInput(serializers.Serializer):
+    since = serializers.DateTimeField(help_text=(
+        "Resend the failed deliveries of events created at or after this time (ISO 8601; without an offset, UTC)."))
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None, help_text=(
+        "…and before this time; null or absent: up to now."))
+
+    def validate(self, attrs):
+        if attrs["until"] is not None and attrs["since"] >= attrs["until"]:
+            raise serializers.ValidationError({"until": ["Must be later than since."]})
+        return attrs
+
+
+class RecoveryOutput(serializers.ModelSerializer):
+    endpoint_id = serializers.CharField()
+    total = serializers.IntegerField(help_text="Failed deliveries in the range when the recovery was created.")
+    done = serializers.IntegerField(help_text=(
+        "Of them, how many it has sent again so far (each counted once its attempt is made). A delivery sent "
+        "again meanwhile by hand or by another recovery is left out, so a completed recovery may show fewer."))
+
+    class Meta:
+        model = Recovery
+        fields = ["id", "endpoint_id", "since", "until", "status", "total", "done", "created_at", "completed_at"]
 
 
 def _page(name: str, item_serializer) -> type[serializers.Serializer]:
@@ -294,7 +333,7 @@ class MessagePageOutput(serializers.Serializer):
     next_cursor = serializers.CharField(help_text="Pass it as `after` to acknowledge this page and read on.")
 
 
-class EventFilterInput(serializers.Serializer):
+class EventFilterInput(CreatedRangeInput):
     type = serializers.CharField(required=False, max_length=200)
 
 

@@ -32,6 +32,7 @@ from webhooks.services import event_catalog
 from webhooks.services import events as event_services
 from webhooks.services import polling
 from webhooks.services import portal as portal_services
+from webhooks.services import recovery as recovery_services
 
 
 class TenantAPIView(APIView):
@@ -211,6 +212,32 @@ def _wait_on_thread(*, endpoint, after: int, limit: int, deadline: float) -> pol
         _thread_waiters.release()
 
 
+class EndpointRecoverView(TenantAPIView):
+    """POST: resend every failed delivery of this endpoint whose event was created in [since, until), in
+    event order, in the background; follow it at `GET /api/v1/recoveries/{id}`."""
+
+    @extend_schema(operation_id="endpoints_recover", request=io.RecoveryCreateInput,
+                   responses={202: io.RecoveryOutput})
+    def post(self, request, endpoint_id):
+        endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
+        data = _validated(io.RecoveryCreateInput, request.data)
+        try:
+            recovery = recovery_services.recovery_create(tenant=self.tenant, endpoint=endpoint, **data)
+        except recovery_services.RecoveryRefused as exc:
+            raise Conflict(str(exc)) from None
+        return Response(io.RecoveryOutput(recovery).data, status=status.HTTP_202_ACCEPTED,
+                        headers={"Location": reverse("recovery-detail", args=[recovery.id])})
+
+
+class RecoveryDetailView(TenantAPIView):
+    """GET a recovery's progress: `status` ends as `completed`."""
+
+    @extend_schema(operation_id="recoveries_retrieve", responses=io.RecoveryOutput)
+    def get(self, request, recovery_id):
+        recovery = self.found(selectors.recovery_get(tenant=self.tenant, recovery_id=recovery_id))
+        return Response(io.RecoveryOutput(recovery).data)
+
+
 class PortalLinkView(TenantAPIView):
     """POST: a one-time link to the tenant's portal, valid for PORTAL_LINK_SECONDS."""
 
@@ -224,13 +251,15 @@ class PortalLinkView(TenantAPIView):
 
 
 class EventListCreateView(TenantAPIView):
-    """GET: events with their delivery statuses (`?type=`). POST: record an event and fan it out."""
+    """GET: events with their delivery statuses (`?type=`, `?created_after=`, `?created_before=`). POST: record an event and fan it out."""
 
     @extend_schema(operation_id="events_list", parameters=[io.EventFilterInput, PageParams],
                    responses=io.EventPageOutput)
     def get(self, request):
         filters = _validated(io.EventFilterInput, request.query_params)
-        events = selectors.event_list(tenant=self.tenant, event_type=filters.get("type"))
+        events = selectors.event_list(tenant=self.tenant, event_type=filters.get("type"),
+                                      created_after=filters.get("created_after"),
+                                      created_before=filters.get("created_before"))
         return self.page(events, io.EventOutput)
 
     @extend_schema(operation_id="events_create", request=io.EventCreateInput, responses={202: io.EventOutput})
@@ -255,14 +284,17 @@ class EventDetailView(TenantAPIView):
 
 
 class DeliveryListView(TenantAPIView):
-    """GET deliveries, newest first; filter by `?status=`, `?endpoint=`, `?event=`."""
+    """GET deliveries, newest first; filter by `?status=`, `?endpoint=`, `?event=`, `?created_after=`,
+    `?created_before=`."""
 
     @extend_schema(operation_id="deliveries_list", parameters=[io.DeliveryFilterInput, PageParams],
                    responses=io.DeliveryPageOutput)
     def get(self, request):
         filters = _validated(io.DeliveryFilterInput, request.query_params)
         deliveries = selectors.delivery_list(tenant=self.tenant, status=filters.get("status"),
-                                             endpoint_id=filters.get("endpoint"), event_id=filters.get("event"))
+                                             endpoint_id=filters.get("endpoint"), event_id=filters.get("event"),
+                                             created_after=filters.get("created_after"),
+                                             created_before=filters.get("created_before"))
         return self.page(deliveries, io.DeliveryOutput)
 
 

@@ -25,6 +25,7 @@ from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
+from webhooks.services import recovery as recovery_services
 from webhooks.services.portal import portal_link_redeem, portal_link_usable, portal_session_tenant
 
 SESSION_TENANT, SESSION_SINCE, SESSION_LINK = "portal_tenant", "portal_since", "portal_link"
@@ -212,7 +213,8 @@ def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, sec
     recent = selectors.delivery_list(tenant=request.tenant, endpoint_id=endpoint.pk).select_related("event")[:20]
     return render(request, "portal/endpoint.html", {
         "endpoint": endpoint, "form": _form(endpoint, values), "errors": errors or {}, "secret": secret,
-        "recent": recent,
+        "recent": recent, "recovery": selectors.recovery_latest(tenant=request.tenant, endpoint_id=endpoint.pk),
+        "recover_since": (values or {}).get("since", ""),
         "bars": _chart(request.tenant, [endpoint.pk])[endpoint.pk],
         "max_in_flight": endpoint_services.endpoint_max_in_flight(endpoint)}, status=status)
 
@@ -267,20 +269,61 @@ def endpoint_test(request, endpoint_id: str):
 
 
 @tenant_view
+@require_POST
+def endpoint_recover(request, endpoint_id: str):
+    """"Resend all failed since …": a recovery (SPEC §11) of the endpoint, followed on its own page."""
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
+    values = {name: request.POST[name].strip() for name in ("since", "until") if request.POST.get(name, "").strip()}
+    form = io.RecoveryCreateInput(data=values)
+    if not form.is_valid():
+        return _endpoint_page(request, endpoint, values=values, errors=_errors(form), status=400)
+    try:
+        with transaction.atomic():
+            recovery = recovery_services.recovery_create(tenant=request.tenant, endpoint=endpoint,
+                                                         **form.validated_data)
+    except recovery_services.RecoveryRefused as exc:
+        return _endpoint_page(request, endpoint, values=values, errors={"since": str(exc)}, status=409)
+    messages.success(request, f"Resending {recovery.total} failed deliveries.")
+    return redirect("portal:recovery", recovery.pk)
+
+
+@tenant_view
+@require_http_methods(["GET"])
+def recovery_detail(request, recovery_id: str):
+    """A recovery's progress; the page reloads itself while it runs."""
+    recovery = _own(selectors.recovery_get(tenant=request.tenant, recovery_id=recovery_id))
+    return render(request, "portal/recovery.html", {"recovery": recovery})
+
+
+def _created_range(request) -> tuple[dict, dict[str, str]]:
+    """The lists' `created_after` / `created_before` fields (UTC), validated as the API does."""
+    values = {name: request.GET[name].strip() for name in ("created_after", "created_before")
+              if request.GET.get(name, "").strip()}
+    form = io.CreatedRangeInput(data=values)
+    if not form.is_valid():
+        return {}, _errors(form)
+    return form.validated_data, {}
+
+
+@tenant_view
 @require_http_methods(["GET"])
 def deliveries(request):
     filters = io.DeliveryFilterInput(data={k: v for k, v in request.GET.items() if k in ("status", "endpoint") and v})
     chosen = filters.validated_data if filters.is_valid() else {}
+    created, errors = _created_range(request)
     rows = selectors.delivery_list(tenant=request.tenant, status=chosen.get("status"),
-                                   endpoint_id=chosen.get("endpoint"))
+                                   endpoint_id=chosen.get("endpoint"), **created)
     event_type = request.GET.get("type", "").strip()
     if event_type:
         rows = rows.filter(event__type=event_type)
     return render(request, "portal/deliveries.html", {
         "deliveries": rows.select_related("event", "endpoint").order_by("-id")[:50],
         "endpoints": selectors.endpoint_list(tenant=request.tenant).order_by("url"),
-        "statuses": [status for status, _ in Delivery.STATUSES],
-        "chosen": {"status": chosen.get("status", ""), "endpoint": chosen.get("endpoint", ""), "type": event_type}})
+        "statuses": [status for status, _ in Delivery.STATUSES], "errors": errors,
+        "chosen": {"status": chosen.get("status", ""), "endpoint": chosen.get("endpoint", ""), "type": event_type,
+                   "created_after": request.GET.get("created_after", ""),
+                   "created_before": request.GET.get("created_before", "")}},
+                  status=400 if errors else 200)
 
 
 @tenant_view
@@ -303,8 +346,11 @@ def delivery_resend(request, delivery_id: str):
 @require_http_methods(["GET"])
 def events(request):
     event_type = request.GET.get("type", "").strip()
-    rows = selectors.event_list(tenant=request.tenant, event_type=event_type or None).order_by("-id")[:50]
-    return render(request, "portal/events.html", {"events": rows, "chosen": {"type": event_type}})
+    created, errors = _created_range(request)
+    rows = selectors.event_list(tenant=request.tenant, event_type=event_type or None, **created).order_by("-id")[:50]
+    return render(request, "portal/events.html", {"events": rows, "errors": errors, "chosen": {
+        "type": event_type, "created_after": request.GET.get("created_after", ""),
+        "created_before": request.GET.get("created_before", "")}}, status=400 if errors else 200)
 
 
 @tenant_view

@@ -29,7 +29,7 @@ class Answer:
 
 
 class Receiver:
-    """Records every request; answers from a per-path script, then with the default (200)."""
+    """Records every request; answers from a per-path script, then with `default_answer` (200)."""
 
     def __init__(self):
         self.received: list[Received] = []
@@ -41,6 +41,7 @@ class Receiver:
         self.path_in_flight: dict[str, int] = defaultdict(int)
         self.path_max_in_flight: dict[str, int] = defaultdict(int)  # by path (one endpoint each)
         self.closing = threading.Event()
+        self.default_answer = Answer()  # when a path's script is empty: a test may set it (e.g. 500: "down")
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -53,7 +54,7 @@ class Receiver:
                 msg_id = headers.get("webhook-id", "")
                 with receiver._changed:
                     script = receiver._script[self.path]
-                    answer = script.popleft() if script else Answer()
+                    answer = script.popleft() if script else receiver.default_answer
                     receiver.received.append(Received(self.path, headers, body, time.monotonic(), answer.status))
                     receiver.in_flight[msg_id] += 1
                     receiver.max_in_flight[msg_id] = max(receiver.max_in_flight[msg_id], receiver.in_flight[msg_id])

@@ -19,7 +19,7 @@ from intake.credentials import credential_from_authorization
 from intake.models import ApiCredential, IdempotencyKey
 from tests.conftest import create_endpoint, make_api
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, EndpointSecret, Event, EventType,
-                              Tenant)
+                              Recovery, Tenant)
 from webhooks.services.event_catalog import event_type_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,6 +64,7 @@ def _messages(response) -> list[str]:
 
 
 def test_every_changelist_and_one_change_page_per_model_render(admin_client, world):
+    recovered = world["api"].post(f"endpoints/{world['endpoint']['id']}/recover", {"since": "2020-01-01T00:00:00Z"})
     objects = {
         Tenant: Tenant.objects.get(name="acme"),
         ApiCredential: world["api"].credential,
@@ -72,6 +73,7 @@ def test_every_changelist_and_one_change_page_per_model_render(admin_client, wor
         Delivery: world["delivery"],
         IdempotencyKey: IdempotencyKey.objects.first(),
         EventType: event_type_create(name="invoice.paid", schema={"type": "object"}, example={}),
+        Recovery: Recovery.objects.get(pk=recovered.json()["id"]),
     }
     herald_models = {model for model in admin.site._registry if model._meta.app_label in ("webhooks", "intake")}
     assert herald_models == set(objects)

@@ -9,6 +9,7 @@ The platform calls (tenants) are in tests/test_client_platform.py.
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -146,6 +147,26 @@ def test_events_deliveries_and_verify_on_a_real_delivery(herald, receiver):
     _, again = receiver.wait_for(2, "/hook")
     assert again.headers["webhook-id"] == event["id"] and len(again.headers["webhook-signature"].split()) == 2
     assert verify(again.body, again.headers, secret) == verify(again.body, again.headers, new_secret) == payload
+
+
+def test_recover_an_endpoint_and_follow_it(herald, receiver):
+    """`endpoints.recover` resends what failed; `recoveries.get` follows it to `completed`."""
+    from webhooks.models import Delivery, DeliveryOutbox
+
+    endpoint_id = herald.endpoints.create(receiver.url("/recovered"))["id"]
+    since = datetime.now(timezone.utc)
+    events = [herald.events.create("invoice.paid", {"n": n})["id"] for n in range(3)]
+    receiver.wait_for(3, "/recovered")
+    wait_until(lambda: Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.SUCCEEDED).count() == 3)
+    Delivery.objects.filter(endpoint_id=endpoint_id).update(status=Delivery.FAILED, updated_at=since)  # as if
+    DeliveryOutbox.objects.filter(delivery__endpoint_id=endpoint_id).delete()
+    recovery = herald.endpoints.recover(endpoint_id, since - timedelta(seconds=1))
+    assert recovery["id"].startswith("rcv_") and recovery["total"] == 3 and recovery["until"] is None
+    final = wait_until(lambda: (r := herald.recoveries.get(recovery["id"]))["status"] == "completed" and r)
+    assert final["done"] == 3
+    assert [r.headers["webhook-id"] for r in receiver.requests_to("/recovered")][3:] == events
+    with pytest.raises(herald_client.ValidationError):
+        herald.endpoints.recover(endpoint_id, "soon")
 
 
 def test_a_portal_link_opens_the_portal(herald):

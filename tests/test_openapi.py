@@ -21,10 +21,10 @@ def test_every_write_documents_the_idempotency_key_and_its_problems():
     schema = _schema()
     writes = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()
               if method in ("post", "patch")]
-    # endpoints create/update/rotate-secret/test, portal links, events create, deliveries retry; the same
-    # seven again for a platform acting for a tenant (SPEC §10); tenants create/update, credentials create;
-    # event types create/update (SPEC §12)
-    assert len(writes) == 7 + 7 + 3 + 2
+    # endpoints create/update/rotate-secret/test/recover, portal links, events create, deliveries retry; the
+    # same eight again for a platform acting for a tenant (SPEC §10); tenants create/update, credentials
+    # create; event types create/update (SPEC §12)
+    assert len(writes) == 8 + 8 + 3 + 2
     for path, method, op in writes:
         (header,) = [p for p in op["parameters"] if p["in"] == "header" and p["name"] == "Idempotency-Key"]
         assert header["required"] is True

@@ -15,7 +15,7 @@ from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
-                              Tenant)
+                              Recovery, Tenant)
 from webhooks.services import delivery as delivery_service
 from webhooks.services import event_catalog
 from webhooks.services.endpoints import endpoint_update
@@ -181,7 +181,10 @@ class OwnTypeFilter(EventTypeFilter):
 @admin.register(Event)
 class EventAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "tenant", "type", "created_at")
-    list_filter = (OwnTypeFilter, "tenant")
+    # created_at: Today / Past 7 days / This month / This year, and any range as
+    # ?created_at__gte=…&created_at__lt=… (an index range on the ids would be cheaper, but created_at is
+    # what the API filters on); not a date_hierarchy, whose date links count over the whole table.
+    list_filter = (OwnTypeFilter, ("created_at", admin.DateFieldListFilter), "tenant")
     list_select_related = ("tenant",)
     search_fields = ("id__exact",)
     search_help_text = "An exact event id (evt_…)."
@@ -208,7 +211,7 @@ class DeliveryAttemptInline(_ReadOnlyMixin, admin.TabularInline):
 @admin.register(Delivery)
 class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "event_column", "endpoint_column", "status", "attempt_count", "next_attempt_at")
-    list_filter = ("status", "endpoint", EventTypeFilter)
+    list_filter = ("status", ("created_at", admin.DateFieldListFilter), "endpoint", EventTypeFilter)
     list_select_related = ("event", "endpoint")
     search_fields = ("id__exact", "event__id__exact")
     search_help_text = "An exact delivery id (dlv_…) or event id (evt_…)."
@@ -350,3 +353,18 @@ class EventTypeAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         event_catalog.event_type_delete(event_type=obj)
+
+
+@admin.register(Recovery)
+class RecoveryAdmin(_ReadOnlyMixin, admin.ModelAdmin):
+    """Recoveries of endpoints' failed deliveries (SPEC §11): made through the API or the portal, looked at here."""
+
+    list_display = ("id", "tenant", "endpoint", "since", "until", "status", "done", "total", "created_at",
+                    "completed_at")
+    list_filter = ("status", ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("tenant", "endpoint")
+    search_fields = ("id__exact", "endpoint__id__exact")
+    search_help_text = "An exact recovery id (rcv_…) or endpoint id (ep_…)."
+    fields = ("id", "tenant", "endpoint", "since", "until", "status", "total", "done", "created_at", "updated_at",
+              "completed_at")
+    readonly_fields = fields

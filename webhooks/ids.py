@@ -67,3 +67,7 @@ def delivery_id() -> str:
 
 def event_type_id() -> str:
     return new_id("etype")
+
+
+def recovery_id() -> str:
+    return new_id("rcv")

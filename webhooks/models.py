@@ -247,6 +247,10 @@ class Delivery(models.Model):
             # a poll endpoint's served deliveries in the order they were served (an entry only once served)
             models.Index(fields=["endpoint", "poll_seq"], name="delivery_poll_seq",
                          condition=models.Q(poll_seq__isnull=False)),
+            # a recovery's walk (webhooks/services/recovery.py): an endpoint's failed deliveries in a time
+            # range, in event order (a delivery's created_at is its event's); an entry only when one fails
+            models.Index(fields=["endpoint", "created_at", "id"], name="delivery_failed_endpoint",
+                         condition=models.Q(status="failed")),
         ]
 
     def __str__(self) -> str:
@@ -358,6 +362,51 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number}"
+
+
+class Recovery(models.Model):
+    """A resend of an endpoint's failed deliveries whose events were created in [since, until) (SPEC §11).
+
+    Beat-free and web-free: a task (webhooks.recovery_step) walks the deliveries in event order and
+    hands them, a batch at a time, to the manual retry (webhooks/services/delivery.py); the next batch
+    goes once every delivery of this one has had its attempt. `batch` and `released_at` are that batch;
+    `cursor_at`/`cursor_id` the last delivery released; `step` the number of the step task that may run
+    next, so that a step sent again by beat (a lost message) never doubles the chain.
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    STATUSES = [(RUNNING, "running"), (COMPLETED, "completed")]
+
+    id = models.CharField(primary_key=True, max_length=40, default=ids.recovery_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="recoveries")
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="recoveries")
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=STATUSES, default=RUNNING)
+    # failed deliveries in the range when it was created; of them, how many it has sent again
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    done_before = models.PositiveIntegerField(default=0)  # `done` when the current batch was released
+    batch = ArrayField(models.CharField(max_length=40), default=list, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    cursor_at = models.DateTimeField(null=True, blank=True)
+    cursor_id = models.CharField(max_length=40, blank=True, default="")
+    step = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "recoveries"
+        indexes = [
+            # beat: running recoveries whose step is overdue (a lost message)
+            models.Index(fields=["updated_at"], name="recovery_running", condition=models.Q(status="running")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.status} {self.done}/{self.total}"
 
 
 class PortalLink(models.Model):

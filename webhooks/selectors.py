@@ -1,7 +1,9 @@
 """Selectors of the delivery side: functions that read, always scoped to one tenant."""
+from datetime import datetime
+
 from django.db.models import Prefetch, QuerySet
 
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, EventType, Tenant
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, EventType, Recovery, Tenant
 
 
 def endpoint_list(*, tenant: Tenant) -> QuerySet[Endpoint]:
@@ -17,14 +19,24 @@ def endpoint_secret(*, endpoint: Endpoint) -> str:
     return EndpointSecret.objects.filter(endpoint=endpoint).order_by("-created_at", "-id").first().secret
 
 
-def event_list(*, tenant: Tenant, event_type: str | None = None) -> QuerySet[Event]:
+def _created(queryset: QuerySet, after: datetime | None, before: datetime | None) -> QuerySet:
+    """[after, before): `?created_after=` is inclusive, `?created_before=` exclusive."""
+    if after is not None:
+        queryset = queryset.filter(created_at__gte=after)
+    if before is not None:
+        queryset = queryset.filter(created_at__lt=before)
+    return queryset
+
+
+def event_list(*, tenant: Tenant, event_type: str | None = None, created_after: datetime | None = None,
+               created_before: datetime | None = None) -> QuerySet[Event]:
     # (the body is loaded: an event's `data` is read from it)
     events = Event.objects.filter(tenant=tenant).prefetch_related(
         Prefetch("deliveries", queryset=Delivery.objects.only("id", "event_id", "endpoint_id", "status")
                  .order_by("id")))
     if event_type:
         events = events.filter(type=event_type)
-    return events
+    return _created(events, created_after, created_before)
 
 
 def event_get(*, tenant: Tenant, event_id: str) -> Event | None:
@@ -32,7 +44,8 @@ def event_get(*, tenant: Tenant, event_id: str) -> Event | None:
 
 
 def delivery_list(*, tenant: Tenant, status: str | None = None, endpoint_id: str | None = None,
-                  event_id: str | None = None) -> QuerySet[Delivery]:
+                  event_id: str | None = None, created_after: datetime | None = None,
+                  created_before: datetime | None = None) -> QuerySet[Delivery]:
     deliveries = Delivery.objects.filter(tenant=tenant)
     if status:
         deliveries = deliveries.filter(status=status)
@@ -40,7 +53,7 @@ def delivery_list(*, tenant: Tenant, status: str | None = None, endpoint_id: str
         deliveries = deliveries.filter(endpoint_id=endpoint_id)
     if event_id:
         deliveries = deliveries.filter(event_id=event_id)
-    return deliveries
+    return _created(deliveries, created_after, created_before)
 
 
 def delivery_get(*, tenant: Tenant, delivery_id: str) -> Delivery | None:
@@ -56,3 +69,12 @@ def event_type_list() -> QuerySet[EventType]:
 
 def event_type_get(*, name: str) -> EventType | None:
     return EventType.objects.filter(name=name).first()
+
+
+def recovery_get(*, tenant: Tenant, recovery_id: str) -> Recovery | None:
+    return Recovery.objects.filter(tenant=tenant, pk=recovery_id).first()
+
+
+def recovery_latest(*, tenant: Tenant, endpoint_id: str) -> Recovery | None:
+    """The endpoint's newest recovery (the portal shows its progress)."""
+    return Recovery.objects.filter(tenant=tenant, endpoint_id=endpoint_id).order_by("-id").first()

@@ -8,6 +8,7 @@ from webhooks import engine, progress
 from webhooks.publishing import DELIVER_MANY
 from webhooks.models import DISPATCHER, Heartbeat
 from webhooks.services import delivery as delivery_service
+from webhooks.services import recovery as recovery_service
 from webhooks.services.retention import events_prune
 
 
@@ -39,6 +40,7 @@ def _deliver(delivery_id: str) -> None:
 def dispatch_due() -> int:
     """Beat: publish every due delivery whose task is not waiting; this is what recovers lost tasks."""
     published = len(delivery_service.deliveries_dispatch_due())
+    recovery_service.recoveries_resume()
     Heartbeat.objects.update_or_create(name=DISPATCHER, defaults={"at": Now()})
     return published
 
@@ -55,3 +57,10 @@ def disable_failing_endpoints() -> int:
 def prune_events() -> int:
     """Beat: delete events past EVENT_RETENTION_DAYS whose deliveries are all final (SPEC §7)."""
     return events_prune().rows
+
+
+@shared_task(name="webhooks.recovery_step", ignore_result=True)
+def recovery_step(recovery_id: str, step: int) -> str | None:
+    """One step of a recovery (SPEC §11): count its batch's progress, release its next batch, or complete
+    it; it sends the next step itself (webhooks/services/recovery.py)."""
+    return recovery_service.recovery_step(recovery_id=recovery_id, step=step)

@@ -25,7 +25,7 @@ import requests
 from herald_client._http import Response, RetryInfo, RetryPolicy, Timeout, Transport
 from herald_client.pagination import ListIterator
 from herald_client.types import (Credential, Delivery, DeliveryDetail, DeliveryStatus, Endpoint, EndpointKind, Event,
-                                 MessagePage, Ordering, PortalLink, Tenant)
+                                 MessagePage, Ordering, PortalLink, Recovery, Tenant)
 
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)  # seconds to connect, seconds to wait for the answer
 
@@ -151,6 +151,26 @@ class Endpoints(_Resource):
         return result
 
 
+    def recover(self, endpoint_id: str, since: Instant, *, until: Instant | None = None,
+                idempotency_key: str | None = None) -> Recovery:
+        """`POST endpoints/{id}/recover`: resend, in the background and in event order, every failed
+        delivery of this endpoint whose event was created in [since, until) (until None: up to now).
+        Follow it with `recoveries.get(id)`."""
+        result: Recovery = self._call("POST", f"endpoints/{_segment(endpoint_id)}/recover",
+                                      body={"since": _instant(since), "until": _instant(until)},
+                                      idempotency_key=idempotency_key)
+        return result
+
+
+class Recoveries(_Resource):
+    """Recoveries of endpoints' failed deliveries (`endpoints.recover` starts one)."""
+
+    def get(self, recovery_id: str) -> Recovery:
+        """`GET recoveries/{id}`: its progress; `status` ends as `completed`."""
+        result: Recovery = self._call("GET", f"recoveries/{_segment(recovery_id)}")
+        return result
+
+
 class Events(_Resource):
     """The tenant's events: post one, list them, read one with its deliveries' statuses."""
 
@@ -270,6 +290,7 @@ class _TenantCalls:
         self.events = Events(transport, prefix)
         self.deliveries = Deliveries(transport, prefix)
         self.portal_links = PortalLinks(transport, prefix)
+        self.recoveries = Recoveries(transport, prefix)
 
 
 class TenantScope(_TenantCalls):

@@ -91,6 +91,20 @@ class DeliveryDetail(Delivery):
     attempts: list[Attempt]
 
 
+class Recovery(TypedDict):
+    """A resend of an endpoint's failed deliveries in a time range (`endpoints.recover`); `status` is
+    `running`, then `completed`; `done` of `total` sent again so far."""
+    id: str
+    endpoint_id: str
+    since: str
+    until: str | None
+    status: str
+    total: int
+    done: int
+    created_at: str
+    completed_at: str | None
+
+
 class PortalLink(TypedDict):
     """A one-time link to the tenant's portal: open it once, before `expires_at`."""
     url: str
