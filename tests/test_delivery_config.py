@@ -58,7 +58,7 @@ def test_durability_settings_and_recovery_bounds_with_the_defaults():
     assert conf["beat"] == {"dispatch-due-deliveries": "webhooks.dispatch_due",
                             "prune-idempotency-keys": "intake.prune_idempotency_keys",
                             "disable-failing-endpoints": "webhooks.disable_failing_endpoints",
-                            "prune-events": "webhooks.prune_events"}
+                            "prune-events": "webhooks.prune_events", "erase-tenants": "intake.erase_tenants"}
     assert conf["beat_dispatch_every"] == 5 and conf["beat_prune_every"] == 3600 and conf["prune_batch"] == 5000
     # SPEC §7: retention daily or more often, 30 days by default, beside the other periodic tasks
     assert conf["beat_retention_every"] <= 86400 and conf["retention_days"] == 30

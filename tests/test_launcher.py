@@ -40,8 +40,8 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
     try:
         wait_until(lambda: "Booting worker" in output() and "ready." in output() and "receiving webhooks" in output(),
                    timeout=90, message="scripts/up to start web, worker and receiver")
-        post_curl, list_curl, portal_curl = [line.strip() for line in output().splitlines()
-                                             if line.strip().startswith("curl ")]
+        post_curl, list_curl, portal_curl, tenant_curl, tenant_event_curl = [
+            line.strip() for line in output().splitlines() if line.strip().startswith("curl ")]
 
         # the user pastes the first curl into a shell
         event = subprocess.run(["bash", "-c", post_curl], capture_output=True, text=True, check=True).stdout
@@ -75,6 +75,12 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
         opened = portal.post(link, data={"csrfmiddlewaretoken": csrf}, headers={"Referer": link}, timeout=10)
         assert opened.url.endswith("/portal/")
         assert event_id in portal.get(f"http://127.0.0.1:{port}/portal/deliveries", timeout=10).text
+        # the last two, with the platform token: a tenant for your own customer, and an event posted for it
+        tenant = json.loads(subprocess.run(["bash", "-c", tenant_curl], capture_output=True, text=True,
+                                           check=True).stdout)
+        assert tenant["uid"] == "acme" and tenant["id"].startswith("tnt_")
+        posted = subprocess.run(["bash", "-c", tenant_event_curl], capture_output=True, text=True, check=True).stdout
+        assert re.search(r'"id":"evt_[^"]+"', posted), posted
         key_file = os.path.join(data, "secret_key")
         assert len(open(key_file).read().strip()) >= 50 and os.stat(key_file).st_mode & 0o077 == 0
     finally:
