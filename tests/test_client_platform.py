@@ -171,3 +171,35 @@ def test_deleting_a_tenant_stops_it_at_once(platform, server, receiver):  # noqa
         list(umbrella.endpoints.list())
     with pytest.raises(herald_client.NotAuthenticated):
         list(own.events.list())
+
+
+def test_the_event_type_catalog_is_written_by_the_platform_and_checked_at_intake(platform, server):  # noqa: F811
+    name = f"invoice.paid{uuid.uuid4().hex[:8]}"
+    schema = {"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer"}}}
+    made = platform.event_types.create(name, description="An invoice was paid.", schema=schema, example={"amount": 5})
+    assert (made["name"], made["schema"], made["example"]) == (name, schema, {"amount": 5})
+    assert platform.event_types.get(name) == made
+    assert name in [entry["name"] for entry in platform.event_types.list()]
+    with pytest.raises(herald_client.Conflict):
+        platform.event_types.create(name)
+    with pytest.raises(herald_client.ValidationError) as refused:
+        platform.event_types.create(f"{name}x", schema={"type": "object"}, example=[1])
+    assert refused.value.errors
+
+    # a tenant reads the catalog, may not write it, and its events are checked against it
+    tenant = platform.tenants.create("Catalog reader", uid=_uid("reader"))
+    token = platform.tenant(tenant["id"]).credentials.create()["token"]
+    with Herald(server.url, token) as reader:
+        assert name in [entry["name"] for entry in reader.event_types.list()]
+        with pytest.raises(herald_client.Forbidden):
+            reader.event_types.create(f"{name}.mine")
+        with pytest.raises(herald_client.ValidationError) as invalid:
+            reader.events.create(name, {"amount": "five"})
+        assert "/data/amount" in invalid.value.errors
+        assert reader.events.create(name, {"amount": 5})["type"] == name
+
+    changed = platform.event_types.update(name, schema=None)
+    assert changed["schema"] is None
+    platform.event_types.delete(name)
+    with pytest.raises(herald_client.NotFound):
+        platform.event_types.get(name)

@@ -25,6 +25,7 @@ import requests
 from herald_client._http import Response, RetryInfo, RetryPolicy, Timeout, Transport
 from herald_client.pagination import ListIterator
 from herald_client.types import (Credential, Delivery, DeliveryDetail, DeliveryStatus, Endpoint, EndpointKind, Event,
+                                 EventType,
                                  MessagePage, Ordering, PortalLink, Recovery, Tenant)
 
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)  # seconds to connect, seconds to wait for the answer
@@ -282,6 +283,40 @@ class Tenants(_Resource):
         self._call("DELETE", f"tenants/{_segment(tenant)}")
 
 
+class EventTypes(_Resource):
+    """The deployment's event-type catalog: every credential reads the list; a platform credential writes it
+    and reads one entry (a tenant credential gets `Forbidden`)."""
+
+    def create(self, name: str, *, description: str | None = None, schema: dict[str, Any] | None = None,
+               example: Any = None, idempotency_key: str | None = None) -> EventType:
+        """`POST event-types`: a type, with the JSON Schema its events' `data` must match (a taken name is
+        `Conflict`; a schema that is not one, or an example that does not match it, `ValidationError`)."""
+        body = {key: value for key, value in {"name": name, "description": description, "schema": schema,
+                                              "example": example}.items() if value is not None}
+        result: EventType = self._call("POST", "event-types", body=body, idempotency_key=idempotency_key)
+        return result
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> ListIterator[EventType]:
+        """`GET event-types`: the catalog, newest first."""
+        return self._list("event-types", {}, limit, cursor)
+
+    def get(self, name: str) -> EventType:
+        """`GET event-types/{name}`."""
+        result: EventType = self._call("GET", f"event-types/{_segment(name)}")
+        return result
+
+    def update(self, name: str, *, description: str | _Omit = OMIT, schema: dict[str, Any] | None | _Omit = OMIT,
+               example: Any = OMIT, idempotency_key: str | None = None) -> EventType:
+        """`PATCH event-types/{name}`: change the fields given (`schema=None` removes the check)."""
+        result: EventType = self._call("PATCH", f"event-types/{_segment(name)}", idempotency_key=idempotency_key,
+                                       body=_fields(description=description, schema=schema, example=example))
+        return result
+
+    def delete(self, name: str) -> None:
+        """`DELETE event-types/{name}`: events of that type are accepted unchecked from then on."""
+        self._call("DELETE", f"event-types/{_segment(name)}")
+
+
 class _TenantCalls:
     """The calls that act on one tenant's objects."""
 
@@ -342,6 +377,7 @@ class Herald(_TenantCalls):
                                     session=session, on_retry=on_retry)
         super().__init__(self._transport, "")
         self.tenants = Tenants(self._transport, "")
+        self.event_types = EventTypes(self._transport, "")
 
     @classmethod
     def from_env(cls, **options: Any) -> Herald:

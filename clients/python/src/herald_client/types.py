@@ -121,6 +121,18 @@ class Tenant(TypedDict):
     created_at: str
 
 
+class EventType(TypedDict):
+    """An entry of the deployment's event-type catalog: `schema` (JSON Schema, draft 2020-12) is what intake
+    checks an event's `data` against."""
+    id: str
+    name: str
+    description: str
+    schema: dict[str, Any] | None
+    example: Any
+    created_at: str
+    updated_at: str
+
+
 class Credential(TypedDict):
     """A tenant credential just made: `token` is shown this once; keep it."""
     id: str
