@@ -251,14 +251,11 @@ def receiver():
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, message: str = "condition"):
-    """Poll until `predicate()` is truthy; return its value or fail after `timeout` seconds."""
-    import time
+    """Poll until `predicate()` is truthy; return its value or fail the test after `timeout` seconds
+    (testkit's wait, its TimeoutError as a test failure)."""
+    from testkit.processes import wait_until as poll
 
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    try:
+        return poll(predicate, timeout, interval, what=message)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
