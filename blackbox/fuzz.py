@@ -51,8 +51,9 @@ class FuzzRecord:
 
     @property
     def answered_by_gunicorn(self) -> bool:
-        """A 400 without problem+json: the HTTP server refused the request before Django saw it."""
-        return self.status == 400 and not self.code
+        """The HTTP server refused the request before Django saw it: a 400 without problem+json, or the web
+        worker's reader's `malformed_request` (llhttp's strict mode: config/http_reader.py)."""
+        return self.status == 400 and self.code in ("", "malformed_request")
 
     @property
     def rejected_before_view(self) -> bool:
