@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pycurl
@@ -37,7 +38,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from webhooks import transport
+from webhooks import access, transport
 from webhooks.services import delivery as delivery_service
 
 logger = logging.getLogger("herald.engine")
@@ -50,7 +51,11 @@ class Engine:
         self.concurrency = concurrency
         self._multi = pycurl.CurlMulti()
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
-        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime]] = {}
+        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime,
+                                       access.Prepared]] = {}
+        # attempts that need a token fetched or a proxied host resolved are prepared on these threads
+        self._preparing = ThreadPoolExecutor(max_workers=16, thread_name_prefix="herald-prepare")
+        self._prepared: deque[tuple[delivery_service.Claim, access.Prepared, datetime]] = deque()
         self._submitted: deque[str] = deque()
         self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
         self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
@@ -110,6 +115,8 @@ class Engine:
             self._submitted.clear()
         if batch:
             self._start(batch)
+        if self._prepared:
+            self._launch_prepared()
         self._wake_due_endpoints()
         while self._multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
             pass
@@ -130,7 +137,7 @@ class Engine:
         if self._wakes:
             timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
         with self._changed:
-            if self._submitted:  # handed on by this very thread (a record, a wake): claim them at once
+            if self._submitted or self._prepared:  # handed on by this very thread, or prepared: at once
                 timeout = 0.0
         read, write, error = self._multi.fdset()
         ready, _, _ = select.select(read + [self._wake_r], write, error, timeout)
@@ -170,31 +177,67 @@ class Engine:
                 if at < self._wake_for.get(endpoint_id, float("inf")):
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
-        unsendable = []
+        unsendable: list[delivery_service.Outcome] = []
+        deadline = time.monotonic() + settings.WEBHOOK_TIMEOUT_SECONDS
         for claim in claims.values():
-            curl = self._idle.pop() if self._idle else pycurl.Curl()
-            try:
-                attempt = transport.Attempt(curl, url=claim.url, body=claim.payload,
-                                            headers=delivery_service.attempt_headers(claim),
-                                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-            except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
-                curl.reset()
-                self._idle.append(curl)
-                unsendable.append(delivery_service.Outcome(claim, timezone.now(), transport.AttemptResult(
-                    status=None, body="", duration_ms=0, error=f"invalid_url: {exc}"[:200], retry_after=None)))
+            if access.needs_thread(claim.access):
+                # A token to fetch or a proxied host to resolve: on a thread of the pool, within the
+                # attempt's deadline; the engine sends it when it is ready (`_launch_prepared`).
+                self._preparing.submit(self._prepare_off_thread, claim, deadline, timezone.now())
                 continue
-            self._running[id(curl)] = (curl, attempt, claim, timezone.now())
-            self._multi.add_handle(curl)
+            self._launch(claim, delivery_service.attempt_prepare(claim), timezone.now(), unsendable)
         if unsendable:
             self._record(unsendable)
+
+    def _prepare_off_thread(self, claim: delivery_service.Claim, deadline: float, started_at: datetime) -> None:
+        try:
+            prepared = delivery_service.attempt_prepare(claim, timeout=max(0.001, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - a failed attempt, recorded
+            logger.exception("engine.prepare_failed", extra={"delivery_id": claim.delivery_id})
+            prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
+        with self._changed:
+            self._prepared.append((claim, prepared, started_at))
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass
+
+    def _launch_prepared(self) -> None:
+        with self._changed:
+            ready = list(self._prepared)
+            self._prepared.clear()
+        unsendable: list[delivery_service.Outcome] = []
+        for claim, prepared, started_at in ready:
+            self._launch(claim, prepared, started_at, unsendable)
+        if unsendable:
+            self._record(unsendable)
+
+    def _launch(self, claim: delivery_service.Claim, prepared: access.Prepared, started_at: datetime,
+                unsendable: list[delivery_service.Outcome]) -> None:
+        if prepared.error:  # no token, or the proxied host refused: a failed attempt, recorded
+            unsendable.append(delivery_service.Outcome(claim, started_at,
+                                                       delivery_service.attempt_failed_early(prepared)))
+            return
+        curl = self._idle.pop() if self._idle else pycurl.Curl()
+        try:
+            attempt = delivery_service.attempt_open(curl, claim, prepared)
+        except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
+            curl.reset()
+            self._idle.append(curl)
+            unsendable.append(delivery_service.Outcome(claim, timezone.now(), transport.AttemptResult(
+                status=None, body="", duration_ms=0, error=f"invalid_url: {exc}"[:200], retry_after=None)))
+            return
+        self._running[id(curl)] = (curl, attempt, claim, started_at, prepared)
+        self._multi.add_handle(curl)
 
     def _finish(self, finished: list[tuple[pycurl.Curl, int, str]]) -> None:
         outcomes = []
         for curl, code, message in finished:
-            _, attempt, claim, started_at = self._running.pop(id(curl))
+            _, attempt, claim, started_at, prepared = self._running.pop(id(curl))
             self._multi.remove_handle(curl)
-            outcomes.append(delivery_service.Outcome(claim, started_at, attempt.finish(code, message)))
+            result = attempt.finish(code, message)
+            access.after_attempt(claim.access, prepared, result)
+            outcomes.append(delivery_service.Outcome(claim, started_at, result))
             curl.reset()
             self._idle.append(curl)
         self._record(outcomes)

@@ -13,6 +13,7 @@ flight looked for someone to hand its slot to. The claim and the record are PL/p
 migrations/0007_claim_and_record_functions.py has them and their rules (0009 redefines three for the outbox).
 """
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -22,10 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import psycopg
+import pycurl
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from webhooks import access as access_mod
 from webhooks import breaker, crypto, event_types, metrics, progress, retry_policy, signing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Event
@@ -193,6 +196,7 @@ class Claim:
     secrets: list[str]
     probe: bool
     endpoint_healthy: bool  # as the claim saw it: not tripped, no failure counted
+    access: access_mod.Access | None = None  # extra headers, auth, client certificate (SPEC §11)
 
 
 def _lock_endpoint(cursor, params: dict) -> EndpointState:
@@ -273,7 +277,23 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
                                         bytes(payload), req_id, url, plain, probe=tripped, endpoint_healthy=healthy)
         if wake is not None:
             wake_at[endpoint_id] = min(wake, wake_at.get(endpoint_id, wake))
+    if claims:
+        _with_access(claims)
     return Claims(claims, wake_at)
+
+
+def _with_access(claims: dict[str, Claim]) -> None:
+    """Give each claim its endpoint's access (one query for the batch). A claim whose endpoint's access no
+    key opens is dropped, as one whose secret no key opens: sent without its credentials it would fail."""
+    endpoint_ids = list({claim.endpoint_id for claim in claims.values()})
+    found, broken = access_mod.access_from_rows(_call(access_mod.ACCESS_SQL, {"ids": endpoint_ids}))
+    for delivery_id, claim in list(claims.items()):
+        if claim.endpoint_id in broken:
+            logger.error("delivery.access_undecryptable", extra={"delivery_id": delivery_id,
+                                                                 "endpoint_id": claim.endpoint_id})
+            del claims[delivery_id]
+        elif claim.endpoint_id in found:
+            claims[delivery_id] = dataclasses.replace(claim, access=found[claim.endpoint_id])
 
 
 def delivery_claim(*, delivery_id: str) -> Claim | None:
@@ -303,10 +323,47 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     if claim is None:
         return None
     started_at = timezone.now()
-    result = transport.send(url=claim.url, body=claim.payload, headers=attempt_headers(claim),
-                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+    result = attempt_send(claim)
     return delivery_record(claim=claim, started_at=started_at, result=result)
+
+
+def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod.Prepared:
+    """What the claim's attempt sends with: its signed headers, the endpoint's access (a token fetched if
+    need be) and the proxy's route; blocks for a token fetch or a proxied host's lookup (see
+    access_mod.needs_thread)."""
+    return access_mod.prepare(url=claim.url, headers=attempt_headers(claim), access=claim.access,
+                              timeout=settings.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
+
+
+def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResult:
+    """The result of an attempt that failed before sending (no token, the proxied host refused)."""
+    return transport.AttemptResult(status=None, body="", duration_ms=0, error=prepared.error, retry_after=None)
+
+
+def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport.Attempt:
+    """The claim's attempt, set up on `curl` (see transport.Attempt)."""
+    return transport.Attempt(curl, url=claim.url, body=claim.payload, headers=prepared.headers,
+                             timeout=prepared.timeout, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+                             auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
+                             ca_file=settings.WEBHOOK_CA_BUNDLE or None)
+
+
+def attempt_send(claim: Claim) -> transport.AttemptResult:
+    """Prepare and send the claim's attempt on this thread, within WEBHOOK_TIMEOUT_SECONDS in all."""
+    started = time.monotonic()
+    prepared = attempt_prepare(claim)
+    if prepared.error:
+        result = attempt_failed_early(prepared)
+        return dataclasses.replace(result, duration_ms=int((time.monotonic() - started) * 1000))
+    attempt = attempt_open(transport.thread_handle(), claim, prepared)
+    try:
+        attempt.curl.perform()
+    except pycurl.error as exc:
+        result = attempt.finish(exc.args[0], str(exc.args[1]))
+    else:
+        result = attempt.finish()
+    access_mod.after_attempt(claim.access, prepared, result)
+    return result
 
 
 @functools.lru_cache(maxsize=4)
