@@ -186,6 +186,7 @@ def test_an_endpoint_without_access_sends_no_authorization(api, receiver):
     ({"type": "bearer"}, "'token' is required"),
     ({"type": "bearer", "token": "two words"}, "spaces"),
     ({"type": "bearer", "token": "caf\u00e9"}, "printable ASCII"),
+    ({"type": "basic", "username": "u\x00", "password": "p"}, "control characters"),
     ({"type": "oauth2_client_credentials", "token_url": "https://auth.example.com/t", "client_id": "c"},
      "'client_secret' is required"),
     ({"type": "oauth2_client_credentials", "token_url": "ftp://auth.example.com/t", "client_id": "c",
@@ -197,6 +198,12 @@ def test_bad_auth_is_refused_and_changes_nothing(api, auth, fragment):
     assert response.status_code == 400, response.content
     assert fragment in " ".join(response.json()["errors"]["auth"])
     assert not Endpoint.objects.exists()
+
+
+def test_text_the_parser_may_let_through_is_refused_all_the_same():
+    # The API's JSON parser refuses lone surrogates itself; the rule holds for any other caller (portal, admin).
+    with pytest.raises(access.AccessRefused, match="valid Unicode"):
+        access.auth_validate({"type": "basic", "username": "u", "password": "\ud800"})
 
 
 def test_a_token_url_into_a_private_network_is_refused(api, settings):

@@ -103,6 +103,10 @@ def _text(auth: dict, key: str, *, required: bool, limit: int = 1024, printable:
     if not isinstance(value, str) or len(value) > limit or any(ord(c) < 0x20 or ord(c) == 0x7f for c in value):
         raise AccessRefused("auth", f"{key!r} must be a string of at most {limit} characters, without control "
                                     "characters.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON's \ud800)
+        raise AccessRefused("auth", f"{key!r} must be valid Unicode text.") from None
     if printable and not _PRINTABLE.fullmatch(value):
         raise AccessRefused("auth", f"{key!r} must be printable ASCII.")
     return value
