@@ -462,3 +462,22 @@ def test_access_that_no_key_opens_is_never_sent_without_it(api, settings, receiv
     EndpointAccess.objects.update(encrypted_auth_secret=Fernet(Fernet.generate_key()).encrypt(b"x").decode())
     assert deliveries_claim(delivery_ids=[delivery_id]).claims == {}
     assert receiver.received == []
+
+
+def test_the_admin_shows_access_without_its_secrets(api, admin_client, ca):
+    cert = _client_cert(ca)
+    endpoint = create_endpoint(api, "https://a.example.com/", headers={"X-Api-Key": HEADER_VALUE},
+                               auth={"type": "basic", "username": "ops-visible", "password": PASSWORD},
+                               client_certificate=cert)
+    page = admin_client.get(f"/admin/webhooks/endpoint/{endpoint['id']}/change/").content.decode()
+    assert "X-Api-Key" in page and "basic (username=ops-visible)" in page
+    assert endpoint["client_certificate"]["subject"] in page
+    row = EndpointAccess.objects.get()
+    for hidden in (HEADER_VALUE, PASSWORD, "PRIVATE KEY", row.encrypted_headers[:16], row.encrypted_auth_secret[:16]):
+        assert hidden not in page
+    # an operator's save (re-enable) leaves the access as it was
+    response = admin_client.post(f"/admin/webhooks/endpoint/{endpoint['id']}/change/", {
+        "description": "ops", "enabled": "on", "ordering": "unordered", "secrets-TOTAL_FORMS": 1,
+        "secrets-INITIAL_FORMS": 1})
+    assert response.status_code == 302
+    assert EndpointAccess.objects.get().encrypted_headers == row.encrypted_headers
