@@ -13,6 +13,7 @@ urlpatterns = [
     path("endpoints/<str:endpoint_id>/secret", views.endpoint_secret, name="endpoint-secret"),
     path("endpoints/<str:endpoint_id>/rotate", views.endpoint_rotate, name="endpoint-rotate"),
     path("endpoints/<str:endpoint_id>/test", views.endpoint_test, name="endpoint-test"),
+    path("endpoints/<str:endpoint_id>/access", views.endpoint_access, name="endpoint-access"),
     path("deliveries", views.deliveries, name="deliveries"),
     path("deliveries/<str:delivery_id>", views.delivery_detail, name="delivery"),
     path("deliveries/<str:delivery_id>/resend", views.delivery_resend, name="delivery-resend"),

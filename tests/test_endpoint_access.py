@@ -481,3 +481,45 @@ def test_the_admin_shows_access_without_its_secrets(api, admin_client, ca):
         "secrets-INITIAL_FORMS": 1})
     assert response.status_code == 302
     assert EndpointAccess.objects.get().encrypted_headers == row.encrypted_headers
+
+
+def test_the_portal_sets_headers_auth_and_a_certificate_and_never_shows_them(api, ca):
+    from tests.test_portal import _portal
+
+    endpoint = create_endpoint(api, "https://a.example.com/hook")
+    client = _portal(api)
+    page = f"/portal/endpoints/{endpoint['id']}"
+    form = f"{page}/access"
+    refused = client.post(form, {"part": "headers", "headers": "User-Agent: evil"})
+    assert refused.status_code == 400 and b"set by Herald" in refused.content
+    assert client.post(form, {"part": "headers", "headers": "no colon"}).status_code == 400
+    assert not EndpointAccess.objects.exists()
+    assert client.post(form, {"part": "headers", "headers": f"X-Api-Key: {HEADER_VALUE}\nX-Team: a"}).status_code == 302
+    assert client.post(form, {"part": "auth", "auth_type": "basic", "username": "u", "password": PASSWORD}
+                       ).status_code == 302
+    cert = _client_cert(ca)
+    bad_cert = client.post(form, {"part": "certificate", "certificate": cert["certificate"], "private_key": "x"})
+    assert bad_cert.status_code == 400 and b"not a PEM private key" in bad_cert.content
+    assert client.post(form, {"part": "certificate", **cert}).status_code == 302
+
+    shown = api.get(f"endpoints/{endpoint['id']}").json()
+    assert shown["header_names"] == ["X-Api-Key", "X-Team"] and shown["auth"] == {"type": "basic", "username": "u"}
+    assert shown["client_certificate"]["subject"].startswith("OU=Testing cert")
+    html = client.get(page).content.decode()
+    assert "X-Api-Key, X-Team" in html and "basic, username u" in html and "Testing cert" in html
+    assert HEADER_VALUE not in html and PASSWORD not in html and "PRIVATE KEY" not in html
+
+    assert client.post(form, {"part": "certificate-remove"}).status_code == 302
+    assert client.post(form, {"part": "auth", "auth_type": ""}).status_code == 302
+    assert client.post(form, {"part": "headers", "headers": ""}).status_code == 302
+    assert not EndpointAccess.objects.exists()
+    assert other_tenant_cannot(form, ca)
+
+
+def other_tenant_cannot(form, ca) -> bool:
+    from tests.conftest import make_api
+    from tests.test_portal import _portal
+
+    stranger = _portal(make_api("stranger"))
+    return stranger.post(form, {"part": "headers", "headers": "X-A: b"}).status_code == 404 and \
+        not EndpointAccess.objects.exists()
