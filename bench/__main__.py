@@ -275,6 +275,41 @@ class Bench:
               f"{default_cap['per_second']:.0f}/s", flush=True)
         self.results["delivery"] = [row]
 
+    def access(self):
+        """Worker CPU per delivery to an endpoint with extra headers and auth (SPEC §11) against one without,
+        the same fast receiver, in alternating rounds (medians): the access costs one small query per claimed
+        batch and a few libcurl options per attempt. Basic auth and bearer alternate with the rounds; an
+        OAuth2 token is fetched once per worker and then costs what a bearer token does."""
+        from django.conf import settings
+
+        count = 300 if self.quick else 1000
+        cap = settings.WEBHOOK_WORKER_CONCURRENCY
+        plain, _ = self.tenant_with_endpoints("access-plain", ["/fast"], max_in_flight=cap)
+        headers = {f"X-Header-{n}": f"value-{n}-" + "v" * 40 for n in range(5)}
+        guarded = {kind: self.tenant_with_endpoints(f"access-{kind}", ["/fast"], max_in_flight=cap, headers=headers,
+                                                    auth=auth)[0]
+                   for kind, auth in (("basic", {"type": "basic", "username": "herald", "password": "p" * 32}),
+                                      ("bearer", {"type": "bearer", "token": "t" * 64}))}
+        plains, withs = [], []
+        for round_ in range(max(5, self.rounds)):
+            self.make_deliveries(plain, count)
+            plains.append(self.drain(count, "access-plain"))
+            self.make_deliveries(guarded["basic" if round_ % 2 else "bearer"], count)
+            withs.append(self.drain(count, "access-with"))
+        median = statistics.median
+        row = {"deliveries": count, "rounds": len(plains),
+               "plain_worker_cpu_ms": median(r["worker_cpu_ms"] for r in plains),
+               "with_access_worker_cpu_ms": median(r["worker_cpu_ms"] for r in withs),
+               "plain_per_second": median(r["per_second"] for r in plains),
+               "with_access_per_second": median(r["per_second"] for r in withs),
+               "runs_cpu_ms": {"plain": [round(r["worker_cpu_ms"], 3) for r in plains],
+                               "with_access": [round(r["worker_cpu_ms"], 3) for r in withs]}}
+        row["cpu_ratio"] = row["with_access_worker_cpu_ms"] / row["plain_worker_cpu_ms"]
+        self.results["access"] = row
+        print(f"access: {row['with_access_worker_cpu_ms']:.3f} ms worker CPU per delivery with 5 headers and auth, "
+              f"{row['plain_worker_cpu_ms']:.3f} ms without (ratio {row['cpu_ratio']:.3f}; runs {row['runs_cpu_ms']}); "
+              f"{row['with_access_per_second']:.0f}/s against {row['plain_per_second']:.0f}/s", flush=True)
+
     def ordering(self):
         """fifo: the rate one endpoint keeps to a fast receiver, and event order kept by two workers while
         its head fails three times (the schedule shortened to 1 s steps so the run stays short)."""
@@ -853,7 +888,7 @@ class Bench:
     def run(self, only: set[str] | None):
         try:
             self.setup()
-            for name in ("intake", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
+            for name in ("intake", "delivery", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering",
                          "throttle", "pools", "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "memory"):
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
@@ -924,7 +959,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
-    parser.add_argument("--only", help="comma-separated: intake,delivery,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
+    parser.add_argument("--only", help="comma-separated: intake,delivery,access,slow_receivers,scaling,brokers,noisy_neighbour,ordering,"
                                        "throttle,pools,end_to_end,fan_out,prune,dispatch,year,scrape,memory")
     args = parser.parse_args()
     Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
