@@ -211,6 +211,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "intake.schema.add_problem_component"],
+    "ENUM_NAME_OVERRIDES": {"EndpointAuthTypeEnum": ["basic", "bearer", "oauth2_client_credentials"]},
 }
 
 # --- Herald (SPEC §1) -----------------------------------------------------------------------
