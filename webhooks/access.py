@@ -4,7 +4,7 @@ attempts, and the way through WEBHOOK_PROXY_URL.
 - Validation of what a tenant sends (`headers_validate`, `auth_validate`, `client_certificate_validate`):
   pure functions, raising `AccessRefused` (a 400 naming the field). The endpoint service stores the result
   (services/endpoints.py), every secret encrypted with the signing secrets' keys.
-- The worker's side: `access_load` reads the access of a claimed batch's endpoints in one query;
+- The worker's side: the claim reads each endpoint's access with its deliveries (`ACCESS_COLUMNS`);
   `prepare` turns one into what libcurl needs for one attempt: the headers, basic or bearer auth (an
   OAuth2 client-credentials token, fetched and cached here), the client certificate and, with a proxy,
   the address Herald checked. A token fetch or a proxied attempt's DNS lookup blocks, so the engine
@@ -226,18 +226,18 @@ class Access:
     client_cert: transport.ClientCert | None = None
 
 
-ACCESS_SQL = f"""
-SELECT endpoint_id, updated_at, encrypted_headers, auth_type, auth_shown, encrypted_auth_secret, certificate,
-       encrypted_private_key
-  FROM {EndpointAccess._meta.db_table} WHERE endpoint_id = ANY(%(ids)s)
-"""
+ACCESS_TABLE = EndpointAccess._meta.db_table
+# What the claim (services/delivery.py) reads of an endpoint's access, beside each claimed delivery: a flag
+# (the endpoint has access), then what `access_from_rows` takes after the endpoint id.
+ACCESS_COLUMNS = ("a.endpoint_id IS NOT NULL, a.updated_at, a.encrypted_headers, a.auth_type, a.auth_shown, "
+                  "a.encrypted_auth_secret, a.certificate, a.encrypted_private_key")
 _loaded: dict[tuple[str, datetime], Access] = {}
 _loaded_lock = threading.Lock()
 
 
 def access_from_rows(rows: list[tuple]) -> tuple[dict[str, Access], set[str]]:
-    """The access of the endpoints in `rows` (ACCESS_SQL's, for the endpoints of a claimed batch), and the
-    endpoints whose secrets no configured key opens."""
+    """The access of the endpoints in `rows` ((endpoint id, then ACCESS_COLUMNS after the flag), from a claimed
+    batch), and the endpoints whose secrets no configured key opens."""
     found: dict[str, Access] = {}
     broken: set[str] = set()
     for endpoint_id, updated_at, enc_headers, auth_type, shown, enc_secret, certificate, enc_key in rows:
