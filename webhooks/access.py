@@ -287,6 +287,7 @@ class Prepared:
     route: transport.Route | None = None
     oauth2_token: str | None = field(default=None, repr=False)  # to drop after a 401
     error: str = ""
+    spent_ms: int = 0  # what preparing took (the duration of an attempt that failed here)
 
 
 class TokenError(Exception):
@@ -399,7 +400,7 @@ def prepare(*, url: str, headers: dict[str, str], access: Access | None, timeout
             try:
                 token = tokens.get(access.oauth2, timeout=timeout)
             except TokenError as exc:
-                return Prepared(headers, 0, error=str(exc)[:200])
+                return Prepared(headers, 0, error=str(exc)[:200], spent_ms=_ms_since(started))
             auth = transport.Auth("bearer", token)
     if settings.WEBHOOK_PROXY_URL:
         try:
@@ -407,9 +408,13 @@ def prepare(*, url: str, headers: dict[str, str], access: Access | None, timeout
                                         timeout=max(0.001, timeout - (time.monotonic() - started)),
                                         allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         except ValueError as exc:
-            return Prepared(headers, 0, error=str(exc)[:200])
+            return Prepared(headers, 0, error=str(exc)[:200], spent_ms=_ms_since(started))
     remaining = max(0.001, timeout - (time.monotonic() - started))
     return Prepared(headers, remaining, auth, client_cert, route, token)
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
 def after_attempt(access: Access | None, prepared: Prepared, result: transport.AttemptResult) -> None:

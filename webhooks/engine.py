@@ -12,6 +12,9 @@ more attempts in flight than that. The engine thread:
   slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
   through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
   publishes them);
+- prepares, on a small pool of threads, the attempts that must wait for something before they can be
+  sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/access.py),
+  within the attempt's deadline, and sends them once ready;
 - wakes a throttled endpoint when its next attempt may start (the claim says when), so that its
   parked deliveries go out at its rate, one after the other, without waiting for beat.
 

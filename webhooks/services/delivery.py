@@ -13,7 +13,6 @@ flight looked for someone to hand its slot to. The claim and the record are PL/p
 migrations/0007_claim_and_record_functions.py has them and their rules (0009 redefines three for the outbox).
 """
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -337,7 +336,8 @@ def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod
 
 def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResult:
     """The result of an attempt that failed before sending (no token, the proxied host refused)."""
-    return transport.AttemptResult(status=None, body="", duration_ms=0, error=prepared.error, retry_after=None)
+    return transport.AttemptResult(status=None, body="", duration_ms=prepared.spent_ms, error=prepared.error,
+                                   retry_after=None)
 
 
 def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport.Attempt:
@@ -350,11 +350,9 @@ def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport
 
 def attempt_send(claim: Claim) -> transport.AttemptResult:
     """Prepare and send the claim's attempt on this thread, within WEBHOOK_TIMEOUT_SECONDS in all."""
-    started = time.monotonic()
     prepared = attempt_prepare(claim)
     if prepared.error:
-        result = attempt_failed_early(prepared)
-        return dataclasses.replace(result, duration_ms=int((time.monotonic() - started) * 1000))
+        return attempt_failed_early(prepared)
     attempt = attempt_open(transport.thread_handle(), claim, prepared)
     try:
         attempt.curl.perform()
