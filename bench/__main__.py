@@ -40,7 +40,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
-PARTS = ("intake", "catalog", "delivery", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
+PARTS = ("intake", "catalog", "delivery", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
          "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory", "tracing")
 
 class Bench:
@@ -367,6 +367,44 @@ class Bench:
               f"ratio {row['ratio']:.2f} (runs {row['runs']}); at the default cap of 10: "
               f"{default_cap['per_second']:.0f}/s", flush=True)
         self.results["delivery"] = [row]
+
+    def access(self):
+        """Worker CPU per delivery to an endpoint with extra headers and auth (SPEC §11) against one without,
+        the same fast receiver, in alternating rounds (medians): the access costs one small query per claimed
+        batch and a few libcurl options per attempt. Basic auth and bearer alternate with the rounds; an
+        OAuth2 token is fetched once per worker and then costs what a bearer token does."""
+        from django.conf import settings
+
+        count = 1000 if self.quick else 3000  # CPU time is counted in 10 ms ticks: enough deliveries to resolve 5 %
+        cap = settings.WEBHOOK_WORKER_CONCURRENCY
+        plain, _ = self.tenant_with_endpoints("access-plain", ["/fast"], max_in_flight=cap)
+        headers = {f"X-Header-{n}": f"value-{n}-" + "v" * 40 for n in range(5)}
+        guarded = {kind: self.tenant_with_endpoints(f"access-{kind}", ["/fast"], max_in_flight=cap, headers=headers,
+                                                    auth=auth)[0]
+                   for kind, auth in (("basic", {"type": "basic", "username": "herald", "password": "p" * 32}),
+                                      ("bearer", {"type": "bearer", "token": "t" * 64}))}
+        plains, withs = [], []
+        for round_ in range(max(5, self.rounds)):
+            self.make_deliveries(plain, count)
+            plains.append(self.drain(count, "access-plain"))
+            self.make_deliveries(guarded["basic" if round_ % 2 else "bearer"], count)
+            withs.append(self.drain(count, "access-with"))
+        median = statistics.median
+        row = {"deliveries": count, "rounds": len(plains),
+               "plain_worker_cpu_ms": median(r["worker_cpu_ms"] for r in plains),
+               "with_access_worker_cpu_ms": median(r["worker_cpu_ms"] for r in withs),
+               "plain_per_second": median(r["per_second"] for r in plains),
+               "with_access_per_second": median(r["per_second"] for r in withs),
+               "runs_cpu_ms": {"plain": [round(r["worker_cpu_ms"], 3) for r in plains],
+                               "with_access": [round(r["worker_cpu_ms"], 3) for r in withs]},
+               "runs_per_second": {"plain": [round(r["per_second"]) for r in plains],
+                                   "with_access": [round(r["per_second"]) for r in withs]}}
+        row["cpu_ratio"] = row["with_access_worker_cpu_ms"] / row["plain_worker_cpu_ms"]
+        self.results["access"] = row
+        print(f"access: {row['with_access_worker_cpu_ms']:.3f} ms worker CPU per delivery with 5 headers and auth, "
+              f"{row['plain_worker_cpu_ms']:.3f} ms without (ratio {row['cpu_ratio']:.3f}; runs {row['runs_cpu_ms']}); "
+              f"{row['with_access_per_second']:.0f}/s against {row['plain_per_second']:.0f}/s "
+              f"(runs {row['runs_per_second']})", flush=True)
 
     def ordering(self):
         """fifo: the rate one endpoint keeps to a fast receiver, and event order kept by two workers while

@@ -10,6 +10,7 @@ TARGETS = {
     "intake_p99_c16": ("intake p99 vs floor's, c=16 (first)", "<= 2.00x"),
     "catalog": ("intake of a type with a JSON Schema vs one without (c=16, first)", ">= 0.90x"),
     "delivery": ("delivery vs Celery floor, fast receiver (1 worker, 100 threads)", ">= 0.80x"),
+    "access_cpu": ("worker CPU per delivery with 5 headers and auth vs without", "<= 1.10x"),
     "slow_receivers": ("deliveries/s, 100 endpoints answering after 200 ms (1 default worker)", ">= 2,000"),
     "noisy_neighbour": ("healthy endpoint p99 beside a hanging one", "<= 1000 ms"),
     "fifo_rate": ("fifo endpoint, fast receiver, two workers: deliveries/s", ">= 100"),
@@ -56,6 +57,10 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
     if "delivery" in results:
         ratio = results["delivery"][-1]["ratio"]
         rows.append((*TARGETS["delivery"], f"{ratio:.2f}x", ratio >= 0.8))
+    if "access" in results:
+        a = results["access"]
+        rows.append((*TARGETS["access_cpu"], f"{a['cpu_ratio']:.2f}x ({a['with_access_worker_cpu_ms']:.3f} / "
+                     f"{a['plain_worker_cpu_ms']:.3f} ms)", a["cpu_ratio"] <= 1.10))
     if "default" in results.get("slow_receivers", {}):
         rate = results["slow_receivers"]["default"]["per_second"]
         rows.append((*TARGETS["slow_receivers"], f"{rate:.0f}", rate >= 2000))

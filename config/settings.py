@@ -211,6 +211,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "intake.schema.add_problem_component"],
+    "ENUM_NAME_OVERRIDES": {"EndpointAuthTypeEnum": ["basic", "bearer", "oauth2_client_credentials"]},
 }
 
 # --- Herald (SPEC §1) -----------------------------------------------------------------------
@@ -249,6 +250,14 @@ WEBHOOK_ALLOW_PRIVATE_NETWORKS = env_bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", Fals
 # The DNS lookup that checks an endpoint's host when it is created or its URL changed: past this, 400.
 ENDPOINT_DNS_TIMEOUT_SECONDS = env_float("ENDPOINT_DNS_TIMEOUT_SECONDS", 2)
 WEBHOOK_DISABLE_AFTER_SECONDS = env_int("WEBHOOK_DISABLE_AFTER_SECONDS", 432000)
+# An HTTP or SOCKS5 proxy every attempt and OAuth2 token request goes through (a static egress
+# address); Herald still resolves and checks each host itself (SPEC §11). Unset: direct connections.
+WEBHOOK_PROXY_URL = env_str("WEBHOOK_PROXY_URL", "")
+if WEBHOOK_PROXY_URL and not WEBHOOK_PROXY_URL.lower().startswith(("http://", "https://", "socks5://", "socks5h://")):
+    raise ImproperlyConfigured("WEBHOOK_PROXY_URL must be an http://, https:// or socks5:// URL")
+# The CA certificates (a PEM file) receivers' TLS certificates are verified against; unset: certifi's
+# bundle of public CAs. For receivers behind a private CA.
+WEBHOOK_CA_BUNDLE = env_str("WEBHOOK_CA_BUNDLE", "")
 
 # Attempts in flight per worker process: the capacity of its delivery engine (webhooks/engine.py).
 WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 1000)

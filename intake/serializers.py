@@ -9,6 +9,7 @@ from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event, EventType, Recovery
+from webhooks.selectors import endpoint_access
 from webhooks.services import polling
 from webhooks.services.endpoints import endpoint_max_in_flight
 
@@ -39,6 +40,43 @@ class _ChannelField(serializers.RegexField):
         super().__init__(f"^{CHANNEL_PATTERN}$", **kwargs)
 
 
+_AUTH_SCHEMA = {
+    "oneOf": [
+        {"type": "object", "required": ["type", "username", "password"], "additionalProperties": False,
+         "properties": {"type": {"type": "string", "enum": ["basic"]}, "username": {"type": "string"},
+                        "password": {"type": "string", "writeOnly": True}}},
+        {"type": "object", "required": ["type", "token"], "additionalProperties": False,
+         "properties": {"type": {"type": "string", "enum": ["bearer"]}, "token": {"type": "string", "writeOnly": True}}},
+        {"type": "object", "required": ["type", "token_url", "client_id", "client_secret"],
+         "additionalProperties": False,
+         "properties": {"type": {"type": "string", "enum": ["oauth2_client_credentials"]},
+                        "token_url": {"type": "string", "format": "uri"}, "client_id": {"type": "string"},
+                        "client_secret": {"type": "string", "writeOnly": True},
+                        "scope": {"type": "string", "nullable": True}, "audience": {"type": "string", "nullable": True}}},
+    ],
+    "nullable": True,
+}
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {"type": "string", "maxLength": 1024},
+                      "maxProperties": 20, "nullable": True})
+class _HeadersInput(serializers.JSONField):
+    """Checked by the endpoint service (webhooks/access.py), which owns the rules."""
+
+
+@extend_schema_field(_AUTH_SCHEMA)
+class _AuthInput(serializers.JSONField):
+    pass
+
+
+@extend_schema_field({"type": "object", "required": ["certificate", "private_key"], "additionalProperties": False,
+                      "nullable": True,
+                      "properties": {"certificate": {"type": "string"},
+                                     "private_key": {"type": "string", "writeOnly": True}}})
+class _ClientCertificateInput(serializers.JSONField):
+    pass
+
+
 class EndpointCreateInput(serializers.Serializer):
     kind = serializers.ChoiceField(choices=[Endpoint.HTTP, Endpoint.POLL], required=False, default=Endpoint.HTTP,
                                    help_text=(
@@ -62,6 +100,20 @@ class EndpointCreateInput(serializers.Serializer):
                                        default=Endpoint.UNORDERED, help_text=(
                                            "fifo: one delivery at a time, in event order; the next goes only "
                                            "once the previous one succeeded, failed or was cancelled."))
+
+    headers = _HeadersInput(required=False, allow_null=True, help_text=(
+        "Up to 20 extra HTTP headers sent with every attempt (names [A-Za-z0-9-], at most 64 characters; "
+        "values printable ASCII, at most 1 KiB). Names Herald sets itself (webhook-*, content-type, "
+        "content-length, host, user-agent, authorization, connection, transfer-encoding, …) are refused. "
+        "Stored encrypted and never returned (the endpoint shows `header_names`). Replaces the current set; "
+        "null or {} removes them."))
+    auth = _AuthInput(required=False, allow_null=True, help_text=(
+        "null, {type: basic, username, password}, {type: bearer, token} or {type: oauth2_client_credentials, "
+        "token_url, client_id, client_secret, scope?, audience?}. Secrets are stored encrypted and never "
+        "returned."))
+    client_certificate = _ClientCertificateInput(required=False, allow_null=True, help_text=(
+        "null or {certificate, private_key}, both PEM (the key unencrypted): attempts use it for mutual TLS. "
+        "The key is stored encrypted and never returned."))
 
     def validate_event_types(self, value):
         return _validate_patterns(value)
@@ -90,17 +142,56 @@ class EndpointHealthOutput(serializers.Serializer):
     next_probe_at = serializers.DateTimeField(allow_null=True)
 
 
+class EndpointAuthOutput(serializers.Serializer):
+    """The endpoint's auth without its secret (password, token, client_secret)."""
+
+    type = serializers.ChoiceField(choices=["basic", "bearer", "oauth2_client_credentials"])
+    username = serializers.CharField(required=False)
+    token_url = serializers.CharField(required=False)
+    client_id = serializers.CharField(required=False)
+    scope = serializers.CharField(required=False, allow_null=True)
+    audience = serializers.CharField(required=False, allow_null=True)
+
+
+class EndpointCertificateOutput(serializers.Serializer):
+    subject = serializers.CharField(help_text="The client certificate's subject (RFC 4514).")
+    expires_at = serializers.DateTimeField(help_text="When the certificate expires (notAfter).")
+
+
 class EndpointOutput(serializers.ModelSerializer):
-    """An endpoint as the API shows it: never its secret (`EndpointSecretOutput`, from `…/secret` only)."""
+    """An endpoint as the API shows it: never its secret (`EndpointSecretOutput`, from `…/secret` only),
+    nor its header values, auth secret or private key."""
 
     url = serializers.SerializerMethodField()
     max_in_flight = serializers.SerializerMethodField()
     health = serializers.SerializerMethodField()
+    header_names = serializers.SerializerMethodField()
+    auth = serializers.SerializerMethodField()
+    client_certificate = serializers.SerializerMethodField()
 
     class Meta:
         model = Endpoint
         fields = ["id", "kind", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-                  "max_in_flight", "throttle_rate", "ordering", "health", "created_at", "updated_at"]
+                  "max_in_flight", "throttle_rate", "ordering", "header_names", "auth", "client_certificate",
+                  "health", "created_at", "updated_at"]
+
+    def get_header_names(self, endpoint: Endpoint) -> list[str]:
+        access = endpoint_access(endpoint=endpoint)
+        return list(access.header_names) if access else []
+
+    @extend_schema_field(EndpointAuthOutput(allow_null=True))
+    def get_auth(self, endpoint: Endpoint) -> dict | None:
+        access = endpoint_access(endpoint=endpoint)
+        if access is None or not access.auth_type:
+            return None
+        return {"type": access.auth_type, **access.auth_shown}
+
+    @extend_schema_field(EndpointCertificateOutput(allow_null=True))
+    def get_client_certificate(self, endpoint: Endpoint) -> dict | None:
+        access = endpoint_access(endpoint=endpoint)
+        if access is None or not access.certificate:
+            return None
+        return {"subject": access.certificate_subject, "expires_at": _iso(access.certificate_expires_at)}
 
     @extend_schema_field(serializers.URLField(allow_null=True))
     def get_url(self, endpoint: Endpoint) -> str | None:

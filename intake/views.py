@@ -84,6 +84,10 @@ def _refused_url(exc: endpoint_services.EndpointUrlRefused) -> serializers.Valid
     return serializers.ValidationError({"url": [str(exc)]})
 
 
+def _refused_access(exc: endpoint_services.EndpointAccessRefused) -> serializers.ValidationError:
+    return serializers.ValidationError({exc.field: [str(exc)]})
+
+
 class EndpointListCreateView(TenantAPIView):
     """GET: the tenant's endpoints. POST: create one (its signing secret: `GET …/secret`)."""
 
@@ -102,6 +106,8 @@ class EndpointListCreateView(TenantAPIView):
             raise serializers.ValidationError({"endpoints": [str(exc)]}) from None
         except endpoint_services.TenantGone:
             raise NotFound() from None
+        except endpoint_services.EndpointAccessRefused as exc:
+            raise _refused_access(exc) from None
         return Response(io.EndpointOutput(endpoint).data, status=status.HTTP_201_CREATED,
                         headers={"Location": self.location("endpoint-detail", endpoint.id)})
 
@@ -122,6 +128,8 @@ class EndpointDetailView(TenantAPIView):
             endpoint = endpoint_services.endpoint_update(endpoint=endpoint, **data)
         except endpoint_services.EndpointUrlRefused as exc:
             raise _refused_url(exc) from None
+        except endpoint_services.EndpointAccessRefused as exc:
+            raise _refused_access(exc) from None
         return Response(io.EndpointOutput(endpoint).data)
 
     @extend_schema(operation_id="endpoints_delete", responses={204: None})

@@ -15,6 +15,7 @@ urlpatterns = [
     path("endpoints/<str:endpoint_id>/test", views.endpoint_test, name="endpoint-test"),
     path("endpoints/<str:endpoint_id>/recover", views.endpoint_recover, name="endpoint-recover"),
     path("recoveries/<str:recovery_id>", views.recovery_detail, name="recovery"),
+    path("endpoints/<str:endpoint_id>/access", views.endpoint_access, name="endpoint-access"),
     path("deliveries", views.deliveries, name="deliveries"),
     path("deliveries/<str:delivery_id>", views.delivery_detail, name="delivery"),
     path("deliveries/<str:delivery_id>/resend", views.delivery_resend, name="delivery-resend"),

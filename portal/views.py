@@ -209,12 +209,14 @@ def endpoint_new(request):
                   status=400 if errors else 200)
 
 
-def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, secret=None, status=200):
+def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, secret=None, status=200,
+                   access_errors=None):
     recent = selectors.delivery_list(tenant=request.tenant, endpoint_id=endpoint.pk).select_related("event")[:20]
     return render(request, "portal/endpoint.html", {
         "endpoint": endpoint, "form": _form(endpoint, values), "errors": errors or {}, "secret": secret,
         "recent": recent, "recovery": selectors.recovery_latest(tenant=request.tenant, endpoint_id=endpoint.pk),
         "recover_since": (values or {}).get("since", ""),
+        "access": selectors.endpoint_access(endpoint=endpoint), "access_errors": access_errors or {},
         "bars": _chart(request.tenant, [endpoint.pk])[endpoint.pk],
         "max_in_flight": endpoint_services.endpoint_max_in_flight(endpoint)}, status=status)
 
@@ -236,6 +238,59 @@ def endpoint_detail(request, endpoint_id: str):
     except endpoint_services.EndpointUrlRefused as exc:
         return _endpoint_page(request, endpoint, values=values, errors={"url": str(exc)}, status=400)
     messages.success(request, "Endpoint saved.")
+    return redirect("portal:endpoint", endpoint.pk)
+
+
+def _headers_from_text(text: str) -> dict | str:
+    """`Name: value` lines (the form's textarea) as the API's `headers` object, or why they are not."""
+    headers: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            return f"Line {number} is not `Name: value`."
+        if name.strip() in headers:
+            return f"Header {name.strip()!r} is given twice."
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _auth_from_form(post) -> dict | None:
+    kind = post.get("auth_type", "")
+    if not kind:
+        return None
+    names = {"basic": ("username", "password"), "bearer": ("token",),
+             "oauth2_client_credentials": ("token_url", "client_id", "client_secret", "scope", "audience")}
+    return {"type": kind, **{name: post.get(name, "").strip() for name in names.get(kind, ()) if post.get(name, "").strip()}}
+
+
+@tenant_view
+@require_POST
+def endpoint_access(request, endpoint_id: str):
+    """Replace the endpoint's extra headers, its auth or its client certificate (one form each); what is set is
+    never shown again (the page lists header names, the auth without its secret, the certificate's subject)."""
+    endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
+    part = request.POST.get("part")
+    if part == "headers":
+        headers = _headers_from_text(request.POST.get("headers", ""))
+        if isinstance(headers, str):
+            return _endpoint_page(request, endpoint, access_errors={"headers": headers}, status=400)
+        change = {"headers": headers or None}
+    elif part == "auth":
+        change = {"auth": _auth_from_form(request.POST)}
+    elif part == "certificate":
+        change = {"client_certificate": {"certificate": request.POST.get("certificate", ""),
+                                         "private_key": request.POST.get("private_key", "")}}
+    elif part == "certificate-remove":
+        change = {"client_certificate": None}
+    else:
+        return _endpoint_page(request, endpoint, access_errors={"form": "Unknown form."}, status=400)
+    try:
+        endpoint_services.endpoint_update(endpoint=endpoint, **change)
+    except endpoint_services.EndpointAccessRefused as exc:
+        return _endpoint_page(request, endpoint, access_errors={exc.field: str(exc)}, status=400)
+    messages.success(request, "Saved. What you entered is stored encrypted and is not shown again.")
     return redirect("portal:endpoint", endpoint.pk)
 
 

@@ -92,6 +92,12 @@ def test_every_endpoint_call(herald, receiver, retries):
     assert updated["ordering"] == "fifo" and updated["event_types"] == ["invoice.*"], "what was not sent stays"
     rotated = herald.endpoints.rotate_secret(endpoint_id)
     assert rotated["id"] == endpoint_id and herald.endpoints.secret(endpoint_id) not in (secret, "")
+    guarded = herald.endpoints.update(endpoint_id, headers={"X-Api-Key": "k-secret-value"},
+                                      auth={"type": "basic", "username": "u", "password": "p-secret-value"})
+    assert guarded["header_names"] == ["X-Api-Key"] and guarded["auth"] == {"type": "basic", "username": "u"}
+    assert guarded["client_certificate"] is None and guarded["description"] == "billing, EU"
+    cleared = herald.endpoints.update(endpoint_id, headers=None, auth=None)
+    assert (cleared["header_names"], cleared["auth"]) == ([], None)
 
     herald.endpoints.update(endpoint_id, enabled=True)
     test_event = herald.endpoints.test(endpoint_id)

@@ -16,6 +16,7 @@ from django.utils.translation import ngettext
 
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
                               Recovery, Tenant)
+from webhooks.selectors import endpoint_access
 from webhooks.services import delivery as delivery_service
 from webhooks.services import event_catalog
 from webhooks.services.endpoints import endpoint_update
@@ -98,17 +99,40 @@ class EndpointAdmin(admin.ModelAdmin):
     list_select_related = ("tenant",)
     search_fields = ("url", "id")
     fields = ("id", "tenant", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-              "max_in_flight", "throttle_rate", "ordering", "health", "consecutive_failures", "failing_since",
-              "tripped_at", "next_probe_at", "failed_probes", "deleted_at", "created_at", "updated_at")
+              "max_in_flight", "throttle_rate", "ordering", "header_names", "auth", "client_certificate", "health",
+              "consecutive_failures", "failing_since", "tripped_at", "next_probe_at", "failed_probes", "deleted_at",
+              "created_at", "updated_at")
     ops_editable = ("description", "enabled", "max_in_flight", "throttle_rate", "ordering")
 
     @admin.display(description="health")
     def health(self, endpoint: Endpoint) -> str:
         return endpoint.health_state
+
+    # Headers, auth and the client certificate as the API shows them: never a header value, password,
+    # token, client secret or private key (the tenant sets them through the API or the portal).
+    @admin.display(description="extra headers")
+    def header_names(self, endpoint: Endpoint) -> str:
+        access = endpoint_access(endpoint=endpoint)
+        return ", ".join(access.header_names) if access and access.header_names else "-"
+
+    @admin.display(description="auth")
+    def auth(self, endpoint: Endpoint) -> str:
+        access = endpoint_access(endpoint=endpoint)
+        if access is None or not access.auth_type:
+            return "-"
+        shown = ", ".join(f"{name}={value}" for name, value in access.auth_shown.items() if value)
+        return f"{access.auth_type} ({shown})" if shown else access.auth_type
+
+    @admin.display(description="client certificate")
+    def client_certificate(self, endpoint: Endpoint) -> str:
+        access = endpoint_access(endpoint=endpoint)
+        if access is None or not access.certificate:
+            return "-"
+        return f"{access.certificate_subject}, expires {access.certificate_expires_at:%Y-%m-%d %H:%M} UTC"
     inlines = [EndpointSecretInline]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("tenant")
+        return super().get_queryset(request).select_related("tenant", "access")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and obj.deleted_at is not None:

@@ -12,6 +12,9 @@ more attempts in flight than that. The engine thread:
   slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
   through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
   publishes them);
+- prepares, on a small pool of threads, the attempts that must wait for something before they can be
+  sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/access.py),
+  within the attempt's deadline, and sends them once ready;
 - wakes a throttled endpoint when its next attempt may start (the claim says when), so that its
   parked deliveries go out at its rate, one after the other, without waiting for beat.
 
@@ -30,6 +33,7 @@ import socket
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pycurl
@@ -37,7 +41,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from webhooks import tracing, transport
+from webhooks import access, tracing, transport
 from webhooks.services import delivery as delivery_service
 
 logger = logging.getLogger("herald.engine")
@@ -59,8 +63,12 @@ class Engine:
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
         self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime,
-                                       tracing.DeliveryTrace | None]] = {}
+                                       access.Prepared, tracing.DeliveryTrace | None]] = {}
         self._origins: dict[str, object] = {}  # tracing on: delivery id -> the Celery task span that brought it
+        # attempts that need a token fetched or a proxied host resolved are prepared on these threads
+        self._preparing = ThreadPoolExecutor(max_workers=16, thread_name_prefix="herald-prepare")
+        self._prepared: deque[tuple[delivery_service.Claim, access.Prepared, datetime,
+                                    tracing.DeliveryTrace | None]] = deque()
         self._submitted: deque[str] = deque()
         self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
         self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
@@ -123,6 +131,8 @@ class Engine:
             self._submitted.clear()
         if batch:
             self._start(batch)
+        if self._prepared:
+            self._launch_prepared()
         self._wake_due_endpoints()
         self._drive()
         finished = []
@@ -176,7 +186,7 @@ class Engine:
         if self._wakes:
             timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
         with self._changed:
-            if self._submitted:  # handed on by this very thread (a record, a wake): claim them at once
+            if self._submitted or self._prepared:  # handed on by this very thread, or prepared: at once
                 timeout = 0.0
         for key, events in self._selector.select(timeout):
             if key.fileobj is self._wake_r:
@@ -226,37 +236,78 @@ class Engine:
                 if at < self._wake_for.get(endpoint_id, float("inf")):
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
-        unsendable = []
+        unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]] = []
+        deadline = time.monotonic() + settings.WEBHOOK_TIMEOUT_SECONDS
         for claim in claims.values():
-            curl = self._idle.pop() if self._idle else pycurl.Curl()
             trace = traces.get(claim.delivery_id)
-            headers = delivery_service.attempt_headers(claim)
-            if trace is not None:
-                trace.attempt_started(headers)  # adds the attempt's traceparent
-            try:
-                attempt = transport.Attempt(curl, url=claim.url, body=claim.payload, headers=headers,
-                                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
-            except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
-                curl.reset()
-                self._idle.append(curl)
-                result = transport.AttemptResult(status=None, body="", duration_ms=0,
-                                                 error=f"invalid_url: {exc}"[:200], retry_after=None)
-                if trace is not None:
-                    trace.attempt_finished(result)
-                unsendable.append((delivery_service.Outcome(claim, timezone.now(), result), trace))
+            if access.needs_thread(claim.access):
+                # A token to fetch or a proxied host to resolve: on a thread of the pool, within the
+                # attempt's deadline; the engine sends it when it is ready (`_launch_prepared`).
+                self._preparing.submit(self._prepare_off_thread, claim, deadline, timezone.now(), trace)
                 continue
-            self._running[id(curl)] = (curl, attempt, claim, timezone.now(), trace)
-            self._multi.add_handle(curl)
+            self._launch(claim, delivery_service.attempt_prepare(claim), timezone.now(), trace, unsendable)
         if unsendable:
             self._record(unsendable)
+
+    def _prepare_off_thread(self, claim: delivery_service.Claim, deadline: float, started_at: datetime,
+                            trace: tracing.DeliveryTrace | None) -> None:
+        try:
+            prepared = delivery_service.attempt_prepare(claim, timeout=max(0.001, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - a failed attempt, recorded
+            logger.exception("engine.prepare_failed", extra={"delivery_id": claim.delivery_id})
+            prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
+        with self._changed:
+            self._prepared.append((claim, prepared, started_at, trace))
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass
+
+    def _launch_prepared(self) -> None:
+        with self._changed:
+            ready = list(self._prepared)
+            self._prepared.clear()
+        unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]] = []
+        for claim, prepared, started_at, trace in ready:
+            self._launch(claim, prepared, started_at, trace, unsendable)
+        if unsendable:
+            self._record(unsendable)
+
+    def _launch(self, claim: delivery_service.Claim, prepared: access.Prepared, started_at: datetime,
+                trace: tracing.DeliveryTrace | None,
+                unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]]) -> None:
+        # The attempt's span starts here, on the engine's thread, also for an attempt prepared off-thread
+        # (its token fetch or proxy lookup is not part of the HTTP attempt); it adds the traceparent.
+        if trace is not None:
+            trace.attempt_started(prepared.headers)
+        if prepared.error:  # no token, or the proxied host refused: a failed attempt, recorded
+            result = delivery_service.attempt_failed_early(prepared)
+            if trace is not None:
+                trace.attempt_finished(result)
+            unsendable.append((delivery_service.Outcome(claim, started_at, result), trace))
+            return
+        curl = self._idle.pop() if self._idle else pycurl.Curl()
+        try:
+            attempt = delivery_service.attempt_open(curl, claim, prepared)
+        except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
+            curl.reset()
+            self._idle.append(curl)
+            result = transport.AttemptResult(status=None, body="", duration_ms=0,
+                                             error=f"invalid_url: {exc}"[:200], retry_after=None)
+            if trace is not None:
+                trace.attempt_finished(result)
+            unsendable.append((delivery_service.Outcome(claim, timezone.now(), result), trace))
+            return
+        self._running[id(curl)] = (curl, attempt, claim, started_at, prepared, trace)
+        self._multi.add_handle(curl)
 
     def _finish(self, finished: list[tuple[pycurl.Curl, int, str]]) -> None:
         outcomes = []
         for curl, code, message in finished:
-            _, attempt, claim, started_at, trace = self._running.pop(id(curl))
+            _, attempt, claim, started_at, prepared, trace = self._running.pop(id(curl))
             self._multi.remove_handle(curl)
             result = attempt.finish(code, message)
+            access.after_attempt(claim.access, prepared, result)
             if trace is not None:
                 trace.attempt_finished(result)
             outcomes.append((delivery_service.Outcome(claim, started_at, result), trace))

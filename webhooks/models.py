@@ -153,6 +153,47 @@ class EndpointSecret(models.Model):
         return f"signing secret {self.pk} of {self.endpoint_id}"
 
 
+class EndpointAccess(models.Model):
+    """What an attempt needs to get into an endpoint that asks for more than a signature (SPEC §11): extra
+    headers, an `Authorization` (basic, bearer or an OAuth2 client-credentials token) and a client
+    certificate for mutual TLS. A row only for endpoints that have one of them, so that the worker's
+    per-batch look-up (webhooks/access.py) finds nothing for the others.
+
+    Every secret is a Fernet token (webhooks/crypto.py, the signing secrets' keys; `reencrypt_secrets`
+    rotates them): the header values, the password, bearer token or client secret, and the private key.
+    What may be shown is kept beside them in clear: the header names, the auth without its secret, the
+    certificate (public) with its subject and expiry.
+    """
+
+    BASIC = "basic"
+    BEARER = "bearer"
+    OAUTH2 = "oauth2_client_credentials"
+    AUTH_TYPES = [(BASIC, "basic"), (BEARER, "bearer"), (OAUTH2, "OAuth2 client credentials")]
+
+    endpoint = models.OneToOneField(Endpoint, primary_key=True, on_delete=models.CASCADE, related_name="access")
+    header_names = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    encrypted_headers = models.TextField(blank=True, default="")  # a JSON object {name: value}, encrypted
+    auth_type = models.CharField(max_length=32, choices=AUTH_TYPES, blank=True, default="")
+    # username (basic); token_url, client_id, scope, audience (oauth2): what the API shows
+    auth_shown = models.JSONField(default=dict, blank=True)
+    encrypted_auth_secret = models.TextField(blank=True, default="")  # password, token or client_secret
+    certificate = models.TextField(blank=True, default="")  # PEM, public
+    certificate_subject = models.CharField(max_length=1000, blank=True, default="")
+    certificate_expires_at = models.DateTimeField(null=True, blank=True)
+    encrypted_private_key = models.TextField(blank=True, default="")  # PEM, encrypted
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "endpoint access"
+
+    def __str__(self) -> str:
+        return f"access of {self.endpoint_id}"
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.header_names or self.auth_type or self.certificate)
+
+
 class Event(models.Model):
     """Something that happened in a tenant's system, recorded exactly once per intake request."""
 

@@ -3,11 +3,20 @@ from datetime import datetime
 
 from django.db.models import Prefetch, QuerySet
 
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, EventType, Recovery, Tenant
+from webhooks.models import (Delivery, DeliveryAttempt, Endpoint, EndpointAccess, EndpointSecret, Event, EventType,
+                             Recovery, Tenant)
 
 
 def endpoint_list(*, tenant: Tenant) -> QuerySet[Endpoint]:
-    return Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    return Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True).select_related("access")
+
+
+def endpoint_access(*, endpoint: Endpoint) -> EndpointAccess | None:
+    """The endpoint's headers, auth and client certificate, if it has any (never decrypted here)."""
+    try:
+        return endpoint.access
+    except EndpointAccess.DoesNotExist:
+        return None
 
 
 def endpoint_get(*, tenant: Tenant, endpoint_id: str) -> Endpoint | None:

@@ -163,6 +163,11 @@ class AttemptResult:
 _local = threading.local()
 
 
+def thread_handle() -> pycurl.Curl:
+    """This thread's libcurl handle, reset (its connection cache kept)."""
+    return _handle()
+
+
 def _handle() -> pycurl.Curl:
     curl = getattr(_local, "curl", None)
     if curl is None or _local.pid != os.getpid():
@@ -212,6 +217,62 @@ def ascii_url(url: str) -> str:
                        quote(parts.fragment, safe=keep)))
 
 
+# CURLAUTH_BEARER (libcurl 7.61+), which pycurl does not name.
+_HTTPAUTH_BEARER = getattr(pycurl, "HTTPAUTH_BEARER", 1 << 6)
+
+
+@dataclass(frozen=True)
+class Auth:
+    """HTTP authentication of an attempt: `basic` (username, secret = password) or `bearer` (secret = token)."""
+
+    kind: str
+    secret: str
+    username: str = ""
+
+    def __repr__(self) -> str:  # never the secret, wherever an Auth is printed
+        return f"Auth(kind={self.kind!r}, username={self.username!r})"
+
+
+@dataclass(frozen=True)
+class ClientCert:
+    """A client certificate (PEM, with its chain) and its private key (PEM) for mutual TLS."""
+
+    certificate: bytes
+    private_key: bytes
+
+    def __repr__(self) -> str:
+        return "ClientCert(...)"
+
+
+@dataclass(frozen=True)
+class Route:
+    """How an attempt reaches its host through WEBHOOK_PROXY_URL: the proxy, and CONNECT_TO entries
+    (`host:port:address:port`) naming the address Herald checked."""
+
+    proxy: str
+    connect_to: tuple[str, ...]
+
+
+def route_for(url: str, *, proxy: str, timeout: float, allow_private_networks: bool) -> Route:
+    """The route of a request to `url` through `proxy`: the URL's host resolved here (within `timeout`),
+    each address checked as at connect time, and the proxy told to connect to the first allowed one.
+    Raise ValueError (`blocked_address: …` or `dns_error: …`) when there is none."""
+    parts = urlsplit(ascii_url(url))
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = _resolve(host, port, timeout)
+    except ValueError as exc:
+        raise ValueError(f"connection_error: {exc}") from None
+    allowed = [ip for ip in addresses if allow_private_networks or is_public_address(ip)]
+    if not allowed:
+        raise ValueError(f"blocked_address: {addresses[0] if addresses else host} is not a public address")
+    ip = allowed[0]
+    target = f"[{ip}]" if ":" in ip else ip
+    url_host = f"[{host}]" if ":" in host else host
+    return Route(proxy=proxy, connect_to=(f"{url_host}:{port}:{target}:{port}",))
+
+
 class Attempt:
     """One POST set up on a libcurl handle: `send()` runs it at once, a CurlMulti can drive many together.
 
@@ -222,13 +283,17 @@ class Attempt:
     """
 
     def __init__(self, curl: pycurl.Curl, *, url: str, body: bytes, headers: Mapping[str, str], timeout: float,
-                 allow_private_networks: bool) -> None:
+                 allow_private_networks: bool, auth: Auth | None = None, client_cert: ClientCert | None = None,
+                 route: Route | None = None, ca_file: str | None = None,
+                 body_limit: int = EXCERPT_LIMIT) -> None:
         self.curl = curl
+        self.body_limit = body_limit
         self.timeout = timeout
         self.allow_private_networks = allow_private_networks
         self.excerpt = bytearray()
         self.retry_after: list[str] = []
         self.blocked: list[str] = []
+        self.proxied = route is not None and bool(route.proxy)
         millis = max(1, int(timeout * 1000))
         curl.setopt(pycurl.URL, ascii_url(url))
         curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
@@ -240,20 +305,43 @@ class Attempt:
         curl.setopt(pycurl.TIMEOUT_MS, millis)
         curl.setopt(pycurl.CONNECTTIMEOUT_MS, millis)
         curl.setopt(pycurl.FOLLOWLOCATION, 0)
-        curl.setopt(pycurl.PROXY, "")  # never a proxy from the environment
-        curl.setopt(pycurl.NOPROXY, "*")
-        curl.setopt(pycurl.CAINFO, certifi.where())
+        if self.proxied:
+            # The proxy is told to connect to the address checked by `route_for` (CONNECT_TO: a CONNECT
+            # to that address, or a SOCKS5 request for it), through a tunnel even for http:// URLs; TLS is
+            # still verified against the URL's host name. The only socket libcurl opens is the proxy's.
+            curl.setopt(pycurl.PROXY, route.proxy)
+            curl.setopt(pycurl.NOPROXY, "")
+            curl.setopt(pycurl.HTTPPROXYTUNNEL, 1)
+            curl.setopt(pycurl.CONNECT_TO, list(route.connect_to))
+        else:
+            curl.setopt(pycurl.PROXY, "")  # never a proxy from the environment
+            curl.setopt(pycurl.NOPROXY, "*")
+        curl.setopt(pycurl.CAINFO, ca_file or certifi.where())
+        if auth is not None:
+            if auth.kind == "basic":
+                curl.setopt(pycurl.HTTPAUTH, pycurl.HTTPAUTH_BASIC)
+                curl.setopt(pycurl.USERNAME, auth.username)
+                curl.setopt(pycurl.PASSWORD, auth.secret)
+            else:  # a bearer token (RFC 6750), given or from an OAuth2 token endpoint
+                curl.setopt(pycurl.HTTPAUTH, _HTTPAUTH_BEARER)
+                curl.setopt(pycurl.XOAUTH2_BEARER, auth.secret)
+        if client_cert is not None:
+            # Mutual TLS from memory: the private key is never written to disk.
+            curl.setopt(pycurl.SSLCERTTYPE, "PEM")
+            curl.setopt(pycurl.SSLCERT_BLOB, client_cert.certificate)
+            curl.setopt(pycurl.SSLKEYTYPE, "PEM")
+            curl.setopt(pycurl.SSLKEY_BLOB, client_cert.private_key)
         curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
         curl.setopt(pycurl.WRITEFUNCTION, self._body)
         curl.setopt(pycurl.HEADERFUNCTION, self._header)
         self.started = time.monotonic()
 
     def _body(self, chunk: bytes) -> int | None:
-        room = EXCERPT_LIMIT + 1 - len(self.excerpt)
+        room = self.body_limit + 1 - len(self.excerpt)
         self.excerpt.extend(chunk[:room])
         # One byte past the limit: the rest is not wanted. Stopping closes the connection (it cannot
         # be reused mid-body), which is cheaper than reading megabytes to keep it alive.
-        return 0 if len(self.excerpt) > EXCERPT_LIMIT else None
+        return 0 if len(self.excerpt) > self.body_limit else None
 
     def _header(self, line: bytes) -> None:
         if line[:5] == b"HTTP/":
@@ -265,7 +353,9 @@ class Attempt:
 
     def _open_socket(self, purpose: int, address: tuple) -> socket.socket | int:
         family, socktype, protocol, sockaddr = address
-        if not self.allow_private_networks and not is_public_address(sockaddr[0]):
+        # Through a proxy, the socket is the proxy's (the operator's choice, often on a private network);
+        # the endpoint's address was checked before (`route_for`).
+        if not self.proxied and not self.allow_private_networks and not is_public_address(sockaddr[0]):
             self.blocked.append(sockaddr[0])
             return pycurl.SOCKET_BAD
         return socket.socket(family, socktype, protocol)
@@ -275,7 +365,7 @@ class Attempt:
         duration_ms = int((time.monotonic() - self.started) * 1000)
         curl = self.curl
         error = ""
-        if code and not (code == pycurl.E_WRITE_ERROR and len(self.excerpt) > EXCERPT_LIMIT):  # our own stop is fine
+        if code and not (code == pycurl.E_WRITE_ERROR and len(self.excerpt) > self.body_limit):  # our own stop is fine
             error = _describe_failure(code, message, curl.getinfo(pycurl.OS_ERRNO), self.timeout, self.blocked)
         status = None if self.blocked else (curl.getinfo(pycurl.RESPONSE_CODE) or None)
         if not error and status is not None and 300 <= status < 400:
@@ -283,7 +373,7 @@ class Attempt:
         return AttemptResult(
             status=status,
             # PostgreSQL text cannot hold NUL: a receiver that answers one gets U+FFFD in its excerpt
-            body=bytes(self.excerpt[:EXCERPT_LIMIT]).decode("utf-8", errors="replace").replace("\x00", "\ufffd"),
+            body=bytes(self.excerpt[:self.body_limit]).decode("utf-8", errors="replace").replace("\x00", "\ufffd"),
             duration_ms=duration_ms,
             error=error,
             retry_after=self.retry_after[-1] if self.retry_after else None,
@@ -297,11 +387,26 @@ def send(
     headers: Mapping[str, str],
     timeout: float,
     allow_private_networks: bool,
+    auth: Auth | None = None,
+    client_cert: ClientCert | None = None,
+    proxy: str = "",
+    ca_file: str | None = None,
+    body_limit: int = EXCERPT_LIMIT,
 ) -> AttemptResult:
-    """POST ``body`` to ``url`` once on this thread's handle (see `Attempt`); a failure is reported in the
-    result, never raised."""
+    """POST ``body`` to ``url`` once on this thread's handle (see `Attempt`), through ``proxy`` if one is
+    given (see `route_for`); a failure is reported in the result, never raised."""
+    started = time.monotonic()
+    route = None
+    if proxy:
+        try:
+            route = route_for(url, proxy=proxy, timeout=timeout, allow_private_networks=allow_private_networks)
+        except ValueError as exc:
+            return AttemptResult(status=None, body="", duration_ms=int((time.monotonic() - started) * 1000),
+                                 error=str(exc)[:_MAX_ERROR_CHARS], retry_after=None)
+        timeout = max(0.001, timeout - (time.monotonic() - started))
     attempt = Attempt(_handle(), url=url, body=body, headers=headers, timeout=timeout,
-                      allow_private_networks=allow_private_networks)
+                      allow_private_networks=allow_private_networks, auth=auth, client_cert=client_cert,
+                      route=route, ca_file=ca_file, body_limit=body_limit)
     try:
         attempt.curl.perform()
     except pycurl.error as exc:

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import psycopg
+import pycurl
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from webhooks import access as access_mod
 from webhooks import breaker, crypto, event_types, metrics, progress, retry_policy, signing, tracing, transport
 from webhooks.logcontext import request_id
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, Event
@@ -50,7 +52,13 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
    FOR NO KEY UPDATE
 """
 # The functions are defined, and their rules explained, in webhooks/sql/ (one file each).
-_CLAIM_MANY_SQL = "SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)"
+# Each claimed delivery comes with its endpoint's access (headers, auth, client certificate; NULLs for an
+# endpoint without any) in the same statement, so that access costs no round trip of its own.
+_CLAIM_MANY_SQL = f"""
+SELECT c.*, {access_mod.ACCESS_COLUMNS}
+  FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s) c
+  LEFT JOIN {access_mod.ACCESS_TABLE} a ON c.go AND a.endpoint_id = c.endpoint_id
+"""
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
 # The slow path records under the endpoint lock it already holds, in its own transaction.
 _RECORD_SQL = """
@@ -193,6 +201,7 @@ class Claim:
     secrets: list[str]
     probe: bool
     endpoint_healthy: bool  # as the claim saw it: not tripped, no failure counted
+    access: access_mod.Access | None = None  # extra headers, auth, client certificate (SPEC §11)
 
 
 def _lock_endpoint(cursor, params: dict) -> EndpointState:
@@ -258,8 +267,11 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
     rows = _call(_CLAIM_MANY_SQL, {"ids": list(dict.fromkeys(delivery_ids)), "lease": settings.WEBHOOK_LEASE_SECONDS,
                                    "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT})
     claims, wake_at = {}, {}
-    for (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
-         tripped, healthy, secrets, wake) in rows:
+    width = len(access_mod.ACCESS_COLUMNS.split(","))
+    found, broken = access_mod.access_from_rows([(row[8], *row[-width + 1:]) for row in rows if row[-width]])
+    for row in rows:
+        (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
+         tripped, healthy, secrets, wake) = row[:-width]
         if go:
             try:
                 plain = [crypto.decrypt(secret) for secret in secrets]
@@ -269,8 +281,15 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
                 logger.error("delivery.secret_undecryptable", extra={"delivery_id": delivery_id,
                                                                      "endpoint_id": endpoint_id})
                 continue
+            if endpoint_id in broken:
+                # Its headers, auth or private key no configured key opens: sent without them it would fail
+                # (or reach the receiver unauthenticated). As above, the lease runs out.
+                logger.error("delivery.access_undecryptable", extra={"delivery_id": delivery_id,
+                                                                     "endpoint_id": endpoint_id})
+                continue
             claims[delivery_id] = Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
-                                        bytes(payload), req_id, url, plain, probe=tripped, endpoint_healthy=healthy)
+                                        bytes(payload), req_id, url, plain, probe=tripped, endpoint_healthy=healthy,
+                                        access=found.get(endpoint_id))
         if wake is not None:
             wake_at[endpoint_id] = min(wake, wake_at.get(endpoint_id, wake))
     return Claims(claims, wake_at)
@@ -314,15 +333,9 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     if claim is None:
         return None
     started_at = timezone.now()
-    headers = attempt_headers(claim)
-    if trace is not None:
-        trace.attempt_started(headers)  # adds the attempt's traceparent
-    result = transport.send(url=claim.url, body=claim.payload, headers=headers,
-                            timeout=settings.WEBHOOK_TIMEOUT_SECONDS,
-                            allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+    result = attempt_send(claim, trace=trace)
     if trace is None:
         return delivery_record(claim=claim, started_at=started_at, result=result)
-    trace.attempt_finished(result)
     status, record_batch = None, tracing.batch("herald.record.batch", 1)
     try:
         with record_batch:
@@ -330,6 +343,50 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     finally:
         trace.recorded(status, record_batch)
     return status
+
+
+def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod.Prepared:
+    """What the claim's attempt sends with: its signed headers, the endpoint's access (a token fetched if
+    need be) and the proxy's route; blocks for a token fetch or a proxied host's lookup (see
+    access_mod.needs_thread)."""
+    return access_mod.prepare(url=claim.url, headers=attempt_headers(claim), access=claim.access,
+                              timeout=settings.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
+
+
+def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResult:
+    """The result of an attempt that failed before sending (no token, the proxied host refused)."""
+    return transport.AttemptResult(status=None, body="", duration_ms=prepared.spent_ms, error=prepared.error,
+                                   retry_after=None)
+
+
+def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport.Attempt:
+    """The claim's attempt, set up on `curl` (see transport.Attempt)."""
+    return transport.Attempt(curl, url=claim.url, body=claim.payload, headers=prepared.headers,
+                             timeout=prepared.timeout, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+                             auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
+                             ca_file=settings.WEBHOOK_CA_BUNDLE or None)
+
+
+def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> transport.AttemptResult:
+    """Prepare and send the claim's attempt on this thread, within WEBHOOK_TIMEOUT_SECONDS in all; with a
+    trace, its attempt span starts before sending (adding the traceparent header) and ends with the result."""
+    prepared = attempt_prepare(claim)
+    if trace is not None:
+        trace.attempt_started(prepared.headers)  # adds the attempt's traceparent
+    if prepared.error:
+        result = attempt_failed_early(prepared)
+    else:
+        attempt = attempt_open(transport.thread_handle(), claim, prepared)
+        try:
+            attempt.curl.perform()
+        except pycurl.error as exc:
+            result = attempt.finish(exc.args[0], str(exc.args[1]))
+        else:
+            result = attempt.finish()
+        access_mod.after_attempt(claim.access, prepared, result)
+    if trace is not None:
+        trace.attempt_finished(result)
+    return result
 
 
 @functools.lru_cache(maxsize=4)

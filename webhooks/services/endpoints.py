@@ -1,4 +1,5 @@
 """Endpoint services: create, update, disable, delete (cancelling pending deliveries), rotate the secret."""
+import json
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -8,8 +9,9 @@ from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from webhooks import crypto, event_types
-from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Tenant
+from webhooks import access, crypto, event_types
+from webhooks.models import (Delivery, DeliveryLease, DeliveryOutbox, Endpoint, EndpointAccess, EndpointSecret,
+                             Tenant)
 from webhooks.publishing import deliveries_enqueue
 from webhooks.services.events import event_emit_operational
 from webhooks.signing import generate_secret
@@ -79,9 +81,11 @@ def endpoint_max_in_flight(endpoint: Endpoint) -> int:
 @transaction.atomic
 def endpoint_create(*, tenant: Tenant, url: str = "", event_types: list[str], channels: list[str],
                     description: str = "", max_in_flight: int | None = None, throttle_rate: int | None = None,
-                    ordering: str = Endpoint.UNORDERED, kind: str = Endpoint.HTTP) -> Endpoint:
+                    ordering: str = Endpoint.UNORDERED, kind: str = Endpoint.HTTP, **access_given) -> Endpoint:
     """Create an endpoint with a fresh `whsec_` secret (read it with `endpoint_secret`), within the
-    tenant's `max_endpoints`. A poll endpoint has no URL: Herald never connects anywhere for it.
+    tenant's `max_endpoints`, and its access (`headers`, `auth`, `client_certificate`: see
+    `endpoint_access_fields`) if given. A poll endpoint has no URL: Herald never connects anywhere for it
+    (nor takes access for it).
 
     The count is taken under the tenant's row lock (FOR NO KEY UPDATE: intake's inserts, which take
     FOR KEY SHARE on it for their foreign key, do not wait for it), so two creates at the limit
@@ -93,6 +97,7 @@ def endpoint_create(*, tenant: Tenant, url: str = "", event_types: list[str], ch
             raise EndpointUrlRefused("A poll endpoint has no URL: its consumer reads its messages.")
     else:
         endpoint_url_check(url=url)  # (a DNS lookup: before the lock)
+    access_fields = endpoint_access_fields(poll=kind == Endpoint.POLL, **access_given)  # every check first
     locked = Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk, deleted_at__isnull=True).first()
     if locked is None:
         raise TenantGone(tenant.pk)
@@ -104,11 +109,76 @@ def endpoint_create(*, tenant: Tenant, url: str = "", event_types: list[str], ch
                                        description=description, max_in_flight=max_in_flight,
                                        throttle_rate=throttle_rate, ordering=ordering)
     _issue_secret(endpoint=endpoint)
+    _access_save(endpoint=endpoint, fields=access_fields)
     return endpoint
 
 
+ACCESS_FIELDS = ("headers", "auth", "client_certificate")
 UPDATABLE_FIELDS = ("url", "event_types", "channels", "description", "enabled", "max_in_flight", "throttle_rate",
-                    "ordering")
+                    "ordering") + ACCESS_FIELDS
+
+
+class EndpointAccessRefused(ValueError):
+    """Headers, auth or a client certificate that cannot be used (`field` names which)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def endpoint_access_fields(*, poll: bool = False, **given) -> dict:
+    """The EndpointAccess columns for what is given of `headers`, `auth` and `client_certificate` (each
+    replaces the endpoint's whole current value; null or {} removes it), checked and with every secret
+    encrypted. EndpointAccessRefused when one cannot be used; nothing is written here. A poll endpoint
+    (`poll`) is never POSTed to: any of them given non-empty is refused."""
+    unknown = set(given) - set(ACCESS_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown access fields {sorted(unknown)}")
+    if poll:
+        for name in ACCESS_FIELDS:
+            if given.get(name):
+                raise EndpointAccessRefused(name, "A poll endpoint is never POSTed to: it takes no headers, auth "
+                                                  "or client certificate.")
+    fields: dict = {}
+    try:
+        if "headers" in given:
+            headers = access.headers_validate(given["headers"])
+            fields["header_names"] = sorted(headers, key=str.lower)
+            fields["encrypted_headers"] = crypto.encrypt(json.dumps(headers)) if headers else ""
+        if "auth" in given:
+            auth = access.auth_validate(given["auth"])
+            if auth is not None and auth.type == EndpointAccess.OAUTH2:
+                try:
+                    endpoint_url_check(url=auth.shown["token_url"])
+                except EndpointUrlRefused as exc:
+                    raise access.AccessRefused("auth", f"token_url: {exc}") from None
+            fields["auth_type"] = auth.type if auth else ""
+            fields["auth_shown"] = auth.shown if auth else {}
+            fields["encrypted_auth_secret"] = crypto.encrypt(auth.secret) if auth else ""
+        if "client_certificate" in given:
+            cert = access.client_certificate_validate(given["client_certificate"])
+            fields["certificate"] = cert.certificate if cert else ""
+            fields["certificate_subject"] = cert.subject if cert else ""
+            fields["certificate_expires_at"] = cert.expires_at if cert else None
+            fields["encrypted_private_key"] = crypto.encrypt(cert.private_key) if cert else ""
+    except access.AccessRefused as exc:
+        raise EndpointAccessRefused(exc.field, str(exc)) from None
+    return fields
+
+
+def _access_save(*, endpoint: Endpoint, fields: dict) -> None:
+    """Write the access columns; a row left with nothing in it is deleted (the worker then finds none)."""
+    if not fields:
+        return
+    row, _ = EndpointAccess.objects.select_for_update().get_or_create(endpoint=endpoint)
+    for name, value in fields.items():
+        setattr(row, name, value)
+    if row.is_empty:
+        row.delete()
+    else:
+        row.save()
+    if Endpoint.access.related.is_cached(endpoint):  # the endpoint shows what was just written
+        Endpoint.access.related.delete_cached_value(endpoint)
 
 
 @transaction.atomic
@@ -127,6 +197,9 @@ def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
         if endpoint.kind == Endpoint.POLL:
             raise EndpointUrlRefused("A poll endpoint has no URL: its consumer reads its messages.")
         endpoint_url_check(url=changes["url"])
+    access_fields = endpoint_access_fields(poll=endpoint.kind == Endpoint.POLL,
+                                           **{name: changes.pop(name) for name in ACCESS_FIELDS if name in changes})
+    _access_save(endpoint=endpoint, fields=access_fields)
     fields = dict(changes)
     if changes.get("enabled") is True:
         fields.update(_FRESH_START, disabled_reason="")

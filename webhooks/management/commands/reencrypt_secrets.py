@@ -1,4 +1,5 @@
-"""`manage.py reencrypt_secrets`: every stored endpoint secret re-encrypted under the first key of
+"""`manage.py reencrypt_secrets`: every stored endpoint secret (signing secrets, and the header values,
+auth secrets and private keys of EndpointAccess) re-encrypted under the first key of
 HERALD_ENCRYPTION_KEYS, and what other apps keep encrypted (an app config's `reencrypt_secrets`, e.g.
 intake's stored idempotent answers); `--new-key` prints a fresh key to put first. See webhooks/crypto.py.
 
@@ -12,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from webhooks import crypto
-from webhooks.models import EndpointSecret
+from webhooks.models import EndpointAccess, EndpointSecret
 
 
 class Command(BaseCommand):
@@ -44,6 +45,8 @@ class Command(BaseCommand):
                 break
             last = rows[-1].pk
         self.stdout.write(f"re-encrypted {done} secrets under the first key")
+        self.stdout.write(f"re-encrypted the access secrets of {self._reencrypt_access(batch)} endpoints "
+                          "under the first key")
         for app in apps.get_app_configs():
             if hasattr(app, "reencrypt_secrets"):
                 try:
@@ -52,3 +55,26 @@ class Command(BaseCommand):
                     raise CommandError(f"no key in HERALD_ENCRYPTION_KEYS opens one of {app.label}'s encrypted "
                                        "rows; the rows before it were re-encrypted") from None
                 self.stdout.write(f"re-encrypted {count} {what} under the first key")
+
+    def _reencrypt_access(self, batch: int) -> int:
+        """Endpoints' header values, auth secrets and private keys (EndpointAccess)."""
+        columns = ["encrypted_headers", "encrypted_auth_secret", "encrypted_private_key"]
+        done, last = 0, ""
+        while True:
+            with transaction.atomic():
+                rows = list(EndpointAccess.objects.select_for_update().filter(pk__gt=last).order_by("pk")[:batch])
+                for row in rows:
+                    for column in columns:
+                        if getattr(row, column):
+                            try:
+                                setattr(row, column, crypto.reencrypt(getattr(row, column)))
+                            except crypto.InvalidToken:
+                                raise CommandError(f"no key in HERALD_ENCRYPTION_KEYS opens the {column} of endpoint "
+                                                   f"{row.pk}; nothing after it was changed") from None
+                # bulk_update leaves updated_at alone: the workers' cache of decrypted access is keyed by it,
+                # and the plaintext did not change.
+                EndpointAccess.objects.bulk_update(rows, columns)
+            done += len(rows)
+            if len(rows) < batch:
+                return done
+            last = rows[-1].pk

@@ -87,13 +87,22 @@ class Endpoints(_Resource):
                channels: list[str] | None = None,
                description: str | None = None, max_in_flight: int | None = None,
                throttle_rate: int | None = None, ordering: Ordering | None = None,
-               kind: EndpointKind | None = None, idempotency_key: str | None = None) -> Endpoint:
+               kind: EndpointKind | None = None,
+               headers: Mapping[str, str] | None = None, auth: Mapping[str, Any] | None = None,
+               client_certificate: Mapping[str, str] | None = None,
+               idempotency_key: str | None = None) -> Endpoint:
         """`POST endpoints`: a new endpoint (its signing secret: `secret(id)`). Fields left None take
         Herald's defaults: every event type, no channels, the deployment's in-flight cap, no throttle,
-        unordered. `kind="poll"` (and no `url`) makes a polling endpoint: read it with `messages`."""
+        unordered, no extra headers, auth or client certificate (`headers`: {name: value};
+        `auth`: {"type": "basic"|"bearer"|"oauth2_client_credentials", …}; `client_certificate`:
+        {"certificate", "private_key"} in PEM; see docs/api.md). `kind="poll"` (and no `url`) makes a
+        polling endpoint: read it with `messages` (it takes no headers, auth or client certificate)."""
         body = {name: value for name, value in {
             "kind": kind, "url": url, "event_types": event_types, "channels": channels, "description": description,
             "max_in_flight": max_in_flight, "throttle_rate": throttle_rate, "ordering": ordering,
+            "headers": dict(headers) if headers is not None else None,
+            "auth": dict(auth) if auth is not None else None,
+            "client_certificate": dict(client_certificate) if client_certificate is not None else None,
         }.items() if value is not None}
         result: Endpoint = self._call("POST", "endpoints", body=body, idempotency_key=idempotency_key)
         return result
@@ -115,11 +124,18 @@ class Endpoints(_Resource):
                channels: Names | _Omit = OMIT, description: str | _Omit = OMIT,
                enabled: bool | _Omit = OMIT, max_in_flight: int | None | _Omit = OMIT,
                throttle_rate: int | None | _Omit = OMIT, ordering: Ordering | _Omit = OMIT,
+               headers: Mapping[str, str] | None | _Omit = OMIT, auth: Mapping[str, Any] | None | _Omit = OMIT,
+               client_certificate: Mapping[str, str] | None | _Omit = OMIT,
                idempotency_key: str | None = None) -> Endpoint:
         """`PATCH endpoints/{id}`: change the fields given; the others stay. `max_in_flight=None` goes
-        back to the deployment's default, `throttle_rate=None` removes the throttle."""
+        back to the deployment's default, `throttle_rate=None` removes the throttle; `headers`, `auth` and
+        `client_certificate` replace the whole current value (None removes it)."""
         body = _fields(url=url, event_types=event_types, channels=channels, description=description,
-                       enabled=enabled, max_in_flight=max_in_flight, throttle_rate=throttle_rate, ordering=ordering)
+                       enabled=enabled, max_in_flight=max_in_flight, throttle_rate=throttle_rate, ordering=ordering,
+                       headers=headers if headers is None or headers is OMIT else dict(headers),
+                       auth=auth if auth is None or auth is OMIT else dict(auth),
+                       client_certificate=client_certificate if client_certificate is None or client_certificate is OMIT
+                       else dict(client_certificate))
         result: Endpoint = self._call("PATCH", f"endpoints/{_segment(endpoint_id)}", body=body,
                                       idempotency_key=idempotency_key)
         return result

@@ -19,9 +19,24 @@ class EndpointHealth(TypedDict):
     next_probe_at: str | None
 
 
+class EndpointAuth(TypedDict, total=False):
+    """An endpoint's auth as Herald shows it: never the password, token or client secret."""
+    type: Literal["basic", "bearer", "oauth2_client_credentials"]
+    username: str
+    token_url: str
+    client_id: str
+    scope: str | None
+    audience: str | None
+
+
+class EndpointCertificate(TypedDict):
+    subject: str
+    expires_at: str
+
+
 class Endpoint(TypedDict):
-    """An endpoint; never its signing secret (`endpoints.secret(id)` reads that). A poll endpoint has
-    no `url`: its consumer reads its messages (`endpoints.messages`)."""
+    """An endpoint; never its signing secret (`endpoints.secret(id)` reads that), header values or auth
+    secrets. A poll endpoint has no `url`: its consumer reads its messages (`endpoints.messages`)."""
     id: str
     kind: EndpointKind
     url: str | None
@@ -33,6 +48,9 @@ class Endpoint(TypedDict):
     max_in_flight: int
     throttle_rate: int | None
     ordering: Ordering
+    header_names: list[str]
+    auth: EndpointAuth | None
+    client_certificate: EndpointCertificate | None
     health: EndpointHealth
     created_at: str
     updated_at: str

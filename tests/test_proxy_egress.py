@@ -1,0 +1,140 @@
+"""WEBHOOK_PROXY_URL (SPEC §11): attempts and token requests go through a real proxy (tinyproxy for HTTP,
+microsocks for SOCKS5, Debian's packages, run by the test), which is told to connect to the address Herald
+resolved and checked itself; TLS is still verified against the URL's host name."""
+import contextlib
+
+import pytest
+import trustme
+
+from tests.access_servers import Proxy, TlsReceiver, TokenServer
+from tests.conftest import create_endpoint
+from webhooks import access
+from webhooks.models import Delivery, DeliveryAttempt
+from webhooks.services.delivery import delivery_attempt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NAME = "egress.herald-test.example"
+
+
+@contextlib.contextmanager
+def _hosts_entry(name, address):
+    """Point `name` at `address` via /etc/hosts (read by the resolver on every lookup)."""
+    with open("/etc/hosts") as f:
+        original = f.read()
+    try:
+        with open("/etc/hosts", "w") as f:
+            f.write(original.rstrip("\n") + f"\n{address} {name}\n")
+        yield
+    finally:
+        with open("/etc/hosts", "w") as f:
+            f.write(original)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_tokens():
+    access.tokens.clear()
+    yield
+    access.tokens.clear()
+
+
+@pytest.fixture
+def http_proxy(tmp_path, settings):
+    proxy = Proxy("http", tmp_path)
+    settings.WEBHOOK_PROXY_URL = proxy.url
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def socks_proxy(tmp_path, settings):
+    proxy = Proxy("socks5", tmp_path)
+    settings.WEBHOOK_PROXY_URL = proxy.url
+    yield proxy
+    proxy.stop()
+
+
+def _send(api) -> str:
+    return api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
+
+
+def _error(delivery_id) -> str:
+    return DeliveryAttempt.objects.get(delivery_id=delivery_id).error
+
+
+def test_attempts_go_through_the_http_proxy_to_the_checked_address(api, receiver, http_proxy, engine):
+    with _hosts_entry(NAME, "127.0.0.1"):
+        create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
+        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
+        ids = [_send(api) for _ in range(3)]
+        for delivery_id in ids:
+            engine.submit(delivery_id)
+        assert engine.drain(10)
+    assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 3
+    assert len(receiver.wait_for(4)) == 4
+    log = http_proxy.log()
+    # the proxy was asked for the address Herald checked, never for the name (which it would resolve itself)
+    assert f"CONNECT 127.0.0.1:{receiver.port}" in log
+    assert NAME not in log
+
+
+def test_tls_through_the_proxy_is_verified_against_the_url_host(api, http_proxy, tmp_path, settings):
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    settings.WEBHOOK_CA_BUNDLE = str(tmp_path / "ca.pem")
+    good = TlsReceiver(ca, hostnames=(NAME,))
+    wrong = TlsReceiver(ca, hostnames=("someone-else.example",))
+    try:
+        with _hosts_entry(NAME, "127.0.0.1"):
+            create_endpoint(api, good.url(NAME))
+            create_endpoint(api, wrong.url(NAME))
+            event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+            outcomes = {d["endpoint_id"]: delivery_attempt(delivery_id=d["id"]) for d in event["deliveries"]}
+        assert sorted(outcomes.values()) == [Delivery.PENDING, Delivery.SUCCEEDED]
+        assert len(good.seen) == 1 and wrong.seen == []
+        failed = next(d["id"] for d in event["deliveries"] if outcomes[d["endpoint_id"]] == Delivery.PENDING)
+        assert _error(failed).startswith("tls_error")
+        log = http_proxy.log()
+        assert f"CONNECT 127.0.0.1:{good.port}" in log and f"CONNECT 127.0.0.1:{wrong.port}" in log
+    finally:
+        good.close()
+        wrong.close()
+
+
+def test_a_private_address_is_refused_before_the_proxy_is_asked(api, receiver, http_proxy, settings):
+    with _hosts_entry(NAME, "127.0.0.1"):
+        create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")  # created while private networks are allowed
+        settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+        delivery_id = _send(api)
+        assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
+    assert _error(delivery_id) == "blocked_address: 127.0.0.1 is not a public address"
+    assert receiver.received == []
+    assert f":{receiver.port}" not in http_proxy.log()  # the proxy was never asked to connect there
+
+
+def test_attempts_go_through_a_socks5_proxy(api, receiver, socks_proxy, engine):
+    with _hosts_entry(NAME, "127.0.0.1"):
+        create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
+        ids = [_send(api) for _ in range(2)]
+        for delivery_id in ids:
+            engine.submit(delivery_id)
+        assert engine.drain(10)
+    assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 2
+    log = socks_proxy.log()
+    assert f"connected to 127.0.0.1:{receiver.port}" in log
+    assert NAME not in log
+
+
+def test_oauth2_token_requests_go_through_the_proxy(api, receiver, http_proxy):
+    token_server = TokenServer()
+    try:
+        create_endpoint(api, receiver.url(), auth={
+            "type": "oauth2_client_credentials", "token_url": token_server.url,
+            "client_id": token_server.client_id, "client_secret": token_server.client_secret})
+        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
+        assert len(token_server.requests) == 1
+        assert receiver.wait_for(1)[0].headers["authorization"] == "Bearer tok-1"
+        log = http_proxy.log()
+        assert f"CONNECT 127.0.0.1:{token_server.port}" in log and f"CONNECT 127.0.0.1:{receiver.port}" in log
+    finally:
+        token_server.close()
