@@ -7,6 +7,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from django.conf import settings
+
 from testkit import processes
 from testkit.processes import free_port  # noqa: F401 - tests use it from here
 from tests.conftest import subprocess_env
@@ -35,13 +37,14 @@ class Process(processes.Process):
 
 def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None, **env) -> Process:
     """`celery -A config worker` as the README runs it, unless the test asks for another `concurrency`
-    (attempts in flight: WEBHOOK_WORKER_CONCURRENCY, and as many threads up to the default 100; None: the
+    (attempts in flight: WEBHOOK_WORKER_CONCURRENCY, and as many threads up to the configured pool's; None: the
     configured ones) or `pool`."""
     argv = processes.celery_worker_argv(name, "--without-gossip", "--without-mingle", "--without-heartbeat")
     if pool:
         argv += ["--pool", pool]
     if concurrency:
-        argv += ["--concurrency", str(min(concurrency, 100) if pool in (None, "threads") else concurrency)]
+        threads = min(concurrency, settings.CELERY_WORKER_CONCURRENCY)
+        argv += ["--concurrency", str(threads if pool in (None, "threads") else concurrency)]
         env.setdefault("WEBHOOK_WORKER_CONCURRENCY", concurrency)
     return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
 
