@@ -24,18 +24,11 @@ from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
 from webhooks.services.delivery import delivery_attempt, deliveries_claim
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_tokens")]
 
 HEADER_VALUE = "hv-9f3c1d2e-never-shown"
 PASSWORD = "pw-5b7e0a1c-never-shown"
 BEARER = "bearer-2d8f4e6a-never-shown"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens():
-    access.tokens.clear()
-    yield
-    access.tokens.clear()
 
 
 @pytest.fixture
