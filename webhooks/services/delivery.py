@@ -52,12 +52,16 @@ SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.del
    FOR NO KEY UPDATE
 """
 # The functions are defined, and their rules explained, in webhooks/sql/ (one file each).
-# Each claimed delivery comes with its endpoint's access (headers, auth, client certificate; NULLs for an
-# endpoint without any) in the same statement, so that access costs no round trip of its own.
+# The claimed deliveries come with their endpoints' access (headers, auth, client certificate) in the same
+# statement, so that access costs no round trip of its own: on one claimed delivery per endpoint (NULLs on
+# the others, and for an endpoint without any), so that a batch reads and decodes each endpoint's once.
 _CLAIM_MANY_SQL = f"""
+WITH c AS (SELECT * FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s)),
+     first AS (SELECT DISTINCT ON (endpoint_id) delivery_id, endpoint_id FROM c WHERE go)
 SELECT c.*, {access_mod.ACCESS_COLUMNS}
-  FROM herald_delivery_claim_many(%(ids)s, %(lease)s, %(default_cap)s) c
-  LEFT JOIN {access_mod.ACCESS_TABLE} a ON c.go AND a.endpoint_id = c.endpoint_id
+  FROM c
+  LEFT JOIN first f ON f.delivery_id = c.delivery_id
+  LEFT JOIN {access_mod.ACCESS_TABLE} a ON a.endpoint_id = f.endpoint_id
 """
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
 # The slow path records under the endpoint lock it already holds, in its own transaction.
@@ -364,7 +368,7 @@ def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport
     return transport.Attempt(curl, url=claim.url, body=claim.payload, headers=prepared.headers,
                              timeout=prepared.timeout, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
                              auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
-                             ca_file=settings.WEBHOOK_CA_BUNDLE or None)
+                             ca_file=settings.WEBHOOK_CA_BUNDLE or None, header_lines=prepared.header_lines)
 
 
 def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> transport.AttemptResult:
