@@ -106,7 +106,8 @@ def _share_database_connections(sender=None, **kwargs) -> None:
     database["CONN_HEALTH_CHECKS"] = False
     database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
         "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
-    from webhooks import engine, relay
+    from webhooks import engine
+    from webhooks.delivery import relay
 
     _allow_descriptors(settings.WEBHOOK_WORKER_CONCURRENCY)
     engine.start(concurrency=settings.WEBHOOK_WORKER_CONCURRENCY)

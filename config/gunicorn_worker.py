@@ -353,7 +353,7 @@ class BufferedThreadWorker(ThreadWorker):
         import psycopg
         from django.db import connection
 
-        from webhooks.services.events import POLL_CHANNEL
+        from webhooks.delivery.publishing import POLL_CHANNEL
 
         try:
             params = {key: value for key, value in connection.get_connection_params().items()

@@ -363,7 +363,7 @@ WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
 WEBHOOK_DISPATCH_SECONDS = env_float("WEBHOOK_DISPATCH_SECONDS", 2)
 # A worker's relay publishes due deliveries when the doorbell rings, and at least this often.
 WEBHOOK_RELAY_POLL_SECONDS = env_float("WEBHOOK_RELAY_POLL_SECONDS", 1)
-# At most this many delivery ids travel in one message (webhooks/publishing.py).
+# At most this many delivery ids travel in one message (webhooks/delivery/publishing.py).
 WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 # Each worker writes a heartbeat to PostgreSQL this often (webhooks/liveness.py); /metrics counts as
 # live the workers heard from within three intervals (herald_workers_live).

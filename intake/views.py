@@ -26,7 +26,7 @@ from intake.tenants import (UidTaken, tenant_create, tenant_credential_issue, te
                             tenant_get, tenant_list, tenant_update)
 from webhooks import selectors
 from webhooks.models import Delivery, Endpoint
-from webhooks.services import delivery as delivery_services
+from webhooks.delivery import retries
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import event_catalog
 from webhooks.services import events as event_services
@@ -322,7 +322,7 @@ class DeliveryRetryView(TenantAPIView):
     def post(self, request, delivery_id):
         delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
         try:
-            delivery = delivery_services.delivery_retry(delivery=delivery)
+            delivery = retries.delivery_retry(delivery=delivery)
         except Delivery.DoesNotExist:  # deleted by retention (past EVENT_RETENTION_DAYS) meanwhile
             raise NotFound() from None
         return Response(io.DeliveryOutput(delivery).data, status=status.HTTP_202_ACCEPTED)

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from intake import serializers as io
 from webhooks import ids, selectors
 from webhooks.models import Delivery, Endpoint, Tenant
-from webhooks.services import delivery as delivery_services
+from webhooks.delivery import retries
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
 from webhooks.services import recovery as recovery_services
@@ -392,7 +392,7 @@ def delivery_detail(request, delivery_id: str):
 @require_POST
 def delivery_resend(request, delivery_id: str):
     delivery = _own(selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id))
-    delivery = delivery_services.delivery_retry(delivery=delivery)
+    delivery = retries.delivery_retry(delivery=delivery)
     messages.success(request, "Sent again." if delivery.status == Delivery.PENDING else "It is still being sent.")
     return redirect("portal:delivery", delivery.pk)
 

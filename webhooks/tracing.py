@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from webhooks.services.delivery import Claim
+    from webhooks.delivery.leases import Claim
     from webhooks.transport import AttemptResult
 
 logger = logging.getLogger("herald.tracing")

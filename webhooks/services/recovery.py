@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks.models import Delivery, Endpoint, Recovery, Tenant
-from webhooks.services.delivery import deliveries_retry
+from webhooks.delivery.retries import deliveries_retry
 
 logger = logging.getLogger("herald.recovery")
 
@@ -140,7 +140,7 @@ def recoveries_resume() -> list[str]:
 
 
 def _send_step(recovery: Recovery, *, countdown: float, on_commit: bool = True) -> None:
-    # by name, like the delivery messages (webhooks/publishing.py): the task module imports this one;
+    # by name, like the delivery messages (webhooks/delivery/publishing.py): the task module imports this one;
     # CELERY_TASK_ROUTES sends it to the periodic queue
     step = recovery.step
 

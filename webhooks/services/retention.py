@@ -27,8 +27,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
-from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Event,
-                             PortalLink, Tenant)
+from webhooks.delivery import leases, outbox
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, PortalLink, Tenant
 
 logger = logging.getLogger("herald.retention")
 
@@ -165,9 +165,9 @@ WITH picked AS (
 ), attempts AS (
     DELETE FROM {_ATTEMPT} a WHERE a.delivery_id IN (SELECT id FROM doomed) RETURNING 1
 ), outbox AS (
-    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+    {outbox.delete_of("SELECT id FROM doomed")}
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+    {leases.delete_of("delivery_id", "SELECT id FROM doomed")}
 ), deliveries AS (
     DELETE FROM {_DELIVERY} d WHERE d.id IN (SELECT id FROM doomed) RETURNING 1
 ), events AS (
@@ -183,7 +183,7 @@ WITH picked AS (
 ), secrets AS (
     DELETE FROM {EndpointSecret._meta.db_table} s WHERE s.endpoint_id IN (SELECT id FROM picked) RETURNING 1
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+    {leases.delete_of("endpoint_id", "SELECT id FROM picked")}
 ), endpoints AS (
     DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )

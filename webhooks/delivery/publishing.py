@@ -1,4 +1,5 @@
-"""Talking to the broker: publish delivery tasks, ring the relays' doorbell, read each queue's backlog.
+"""Telling who delivers: publish delivery tasks, ring the relays' doorbell, read each queue's backlog, and
+wake the long-polls of poll endpoints (`poll_notify`).
 
 The pending rows in PostgreSQL are the outbox. Intake publishes nothing itself: once its transaction
 commits it rings the doorbell of the workers' relays (webhooks/relay.py), which publish what is due
@@ -21,12 +22,16 @@ from datetime import datetime
 
 from celery import current_app
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from kombu import Queue
 
 from webhooks import tracing
 
 logger = logging.getLogger("herald.publishing")
+
+# The LISTEN/NOTIFY channel of poll endpoints' new messages; the payload is the endpoint's id.
+POLL_CHANNEL = "herald_poll"
 
 # The task that takes a message of delivery ids (webhooks/tasks.py registers it under this name).
 DELIVER_MANY = "webhooks.deliver_many"
@@ -179,3 +184,11 @@ def broker_backlog() -> dict[str, int]:
         # Not passive: a queue nobody has used yet is created empty, as a worker would create it.
         return {queue.name: Queue(queue.name, queue.exchange, queue.routing_key, channel=channel)
                 .queue_declare().message_count for queue in app.conf.task_queues}
+
+
+def poll_notify(*, endpoint_ids: list[str]) -> None:
+    """Tell the web processes' long-polls of these poll endpoints that messages are waiting: a NOTIFY,
+    which PostgreSQL delivers when the caller's transaction commits (and drops if it rolls back)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, ep) FROM unnest(%s::varchar[]) AS ep",
+                       [POLL_CHANNEL, sorted(set(endpoint_ids))])
