@@ -37,11 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pycurl
-from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from webhooks import access, recording, tracing, transport
+from webhooks.conf import herald_settings
 from webhooks.delivery import leases, parked, sending
 from webhooks.delivery.attempts import Outcome
 from webhooks.delivery.leases import Claim
@@ -239,7 +239,7 @@ class Engine:
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
         unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
-        deadline = time.monotonic() + settings.WEBHOOK_TIMEOUT_SECONDS
+        deadline = time.monotonic() + herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS
         for claim in claims.values():
             trace = traces.get(claim.delivery_id)
             if access.needs_thread(claim.access):
@@ -323,7 +323,7 @@ class Engine:
         record_batch = None
         try:
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
-                statuses = recording.deliveries_record(outcomes=outcomes, hand_on=self._take)
+                statuses = recording.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:

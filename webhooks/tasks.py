@@ -1,10 +1,10 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
-from django.conf import settings
 from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 
 from webhooks import engine, progress
+from webhooks.conf import herald_settings
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
 from webhooks.delivery.publishing import DELIVER_MANY
 from webhooks.models import DISPATCHER, Heartbeat
@@ -53,8 +53,8 @@ def disable_failing_endpoints() -> int:
 
 
 @shared_task(name="webhooks.prune_events", ignore_result=True,
-             soft_time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 60,
-             time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 120)
+             soft_time_limit=herald_settings.retention.EVENT_RETENTION_MAX_SECONDS + 60,
+             time_limit=herald_settings.retention.EVENT_RETENTION_MAX_SECONDS + 120)
 def prune_events() -> int:
     """Beat: delete events past EVENT_RETENTION_DAYS whose deliveries are all final (SPEC §7)."""
     return events_prune().rows

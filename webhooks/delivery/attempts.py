@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 
 from webhooks import breaker, retry_policy, transport
+from webhooks.conf import herald_settings
 from webhooks.delivery import db
 from webhooks.delivery.leases import Claim
 from webhooks.models import Delivery, Endpoint
@@ -33,7 +33,7 @@ _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb
 _RECORD_SQL = """
 SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s,
     %(response_body)s, %(error)s, %(status)s, %(next_attempt_at)s, %(lease_end)s, %(endpoint)s, %(default_cap)s,
-    %(fast)s, %(hand_on)s)
+    %(fast)s, %(slots_to_hand_on)s)
 """
 
 
@@ -74,7 +74,7 @@ def _parse_schedule(text: str) -> tuple[int, ...]:
 
 
 def _schedule() -> tuple[int, ...]:
-    return _parse_schedule(settings.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
+    return _parse_schedule(herald_settings.delivery.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
 
 
 def delivery_decide(*, number: int, result: transport.AttemptResult, now: datetime) -> tuple[str, datetime | None]:
@@ -87,14 +87,14 @@ def delivery_decide(*, number: int, result: transport.AttemptResult, now: dateti
     if result.status in (429, 503):
         retry_after = retry_policy.parse_retry_after(result.retry_after, now=now)
     delay = retry_policy.next_delay(attempt_number=number, schedule=_schedule(),
-                                    jitter=settings.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
+                                    jitter=herald_settings.delivery.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
     if delay is None:
         return Delivery.FAILED, None
     return Delivery.PENDING, now + timedelta(seconds=delay)
 
 
 def record_params(outcome: Outcome, status: str, next_at: datetime | None) -> dict:
-    """What the record of one attempt is called with (but `fast` and `hand_on`)."""
+    """What the record of one attempt is called with (but the path it takes and the slots it hands on)."""
     claim, result = outcome.claim, outcome.result
     return db.endpoint_params(
         id=claim.delivery_id, number=claim.number, started_at=outcome.started_at, duration_ms=result.duration_ms,
@@ -104,8 +104,9 @@ def record_params(outcome: Outcome, status: str, next_at: datetime | None) -> di
 
 def record_healthy_successes(params: list[dict]) -> dict[str, tuple[bool, bool, list[str]]]:
     """Record successes on endpoints the claim saw healthy, in one call of its own; by delivery id: whether
-    it applied (the endpoint was still healthy under its lock; if not, nothing was written and the slow path
-    records it), whether the delivery moved on, and the parked deliveries handed the freed slot."""
+    it was recorded (the endpoint was still healthy under its lock; if not, nothing was written and the slow
+    path records it), whether the delivery moved on, and the parked deliveries handed the freed slot.
+    (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.)"""
     records = json.dumps([{**p, "fast": True, "hand_on": 1} for p in params], default=str)
     return {row[0]: row[1:] for row in db.call(_RECORD_MANY_SQL, db.endpoint_params(records=records))}
 
@@ -116,10 +117,10 @@ def lock_endpoint(cursor, endpoint_id: str) -> EndpointState:
     return EndpointState(*cursor.fetchone())
 
 
-def record_locked(cursor, params: dict, *, hand_on: int) -> tuple[bool, list[str]]:
+def record_locked(cursor, params: dict, *, slots_to_hand_on: int) -> tuple[bool, list[str]]:
     """Record one attempt in the caller's transaction, which holds the endpoint's lock (`lock_endpoint`);
-    up to `hand_on` parked deliveries take the room it has then. Whether the delivery moved on, and those
+    up to `slots_to_hand_on` parked deliveries take the room it has then. Whether the delivery moved on, and those
     handed on."""
-    cursor.execute(_RECORD_SQL, {**params, "fast": False, "hand_on": hand_on})
-    _, moved, handed = cursor.fetchone()
-    return moved, handed
+    cursor.execute(_RECORD_SQL, {**params, "fast": False, "slots_to_hand_on": slots_to_hand_on})
+    _, moved_on, handed_on = cursor.fetchone()
+    return moved_on, handed_on

@@ -7,13 +7,14 @@ hand-on: webhooks/sql/) takes its params from `endpoint_params`.
 import contextlib
 
 import psycopg
-from django.conf import settings
 from django.db import connection
+
+from webhooks.conf import herald_settings
 
 
 def endpoint_params(**params) -> dict:
     """Params for a statement that asks `herald_endpoint_cap`: `default_cap` is the deployment's default."""
-    return {**params, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT}
+    return {**params, "default_cap": herald_settings.delivery.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT}
 
 
 def call(sql: str, params: dict) -> list[tuple]:

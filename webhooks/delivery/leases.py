@@ -10,10 +10,10 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 
 from webhooks import access as access_mod
 from webhooks import crypto
+from webhooks.conf import herald_settings
 from webhooks.delivery import db
 from webhooks.models import DeliveryLease
 
@@ -78,14 +78,14 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
     the second claim finds the lease taken.
     """
     rows = db.call(_CLAIM_MANY_SQL, db.endpoint_params(ids=list(dict.fromkeys(delivery_ids)),
-                                                       lease=settings.WEBHOOK_LEASE_SECONDS))
+                                                       lease=herald_settings.delivery.WEBHOOK_LEASE_SECONDS))
     claims, wake_at = {}, {}
     width = len(access_mod.ACCESS_COLUMNS.split(","))
     found, broken = access_mod.access_from_rows([(row[8], *row[-width + 1:]) for row in rows if row[-width]])
     for row in rows:
-        (delivery_id, go, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
-         tripped, healthy, secrets, wake) = row[:-width]
-        if go:
+        (delivery_id, claimed, number, lease_end, event_id, event_type, payload, req_id, endpoint_id, tenant_id, url,
+         tripped, healthy, secrets, wake) = row[:-width]  # `claimed`: the function's `go` column
+        if claimed:
             try:
                 plain = [crypto.decrypt(secret) for secret in secrets]
             except crypto.InvalidToken:

@@ -105,7 +105,7 @@ LOST_SQL = f"""
 WITH lost AS (
     SELECT o.delivery_id FROM {TABLE} o
      WHERE o.published_at < %(cutoff)s
-       AND CASE WHEN o.periodic THEN o.published_at < %(cutoff_periodic)s
+       AND CASE WHEN o.periodic THEN o.published_at < %(cutoff_retries)s
                 ELSE o.published_at < %(cutoff_main)s END
        AND NOT EXISTS (SELECT 1 FROM {leases.TABLE} l WHERE l.delivery_id = o.delivery_id AND l.until > now())
      ORDER BY o.published_at

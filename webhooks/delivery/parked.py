@@ -6,9 +6,9 @@ worker's engine when a throttled endpoint may start its next attempt (`endpoint_
 endpoint (`endpoint_hand_on`), and beat (`beat_hand_on`: a tripped endpoint's probe, and the safety net
 for an endpoint with nothing in flight). Each hands on at most HAND_ON_LIMIT at once.
 """
-from django.conf import settings
 from django.db import connection, transaction
 
+from webhooks.conf import herald_settings
 from webhooks.delivery import db, leases, outbox
 from webhooks.delivery.publishing import deliveries_enqueue
 from webhooks.models import Delivery, Endpoint
@@ -85,7 +85,7 @@ def endpoint_hand_on(*, endpoint: Endpoint) -> list[str]:
         ids = [row[0] for row in cursor.fetchall()]
     if ids:
         transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids,
-                                                         queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
+                                                         queue=herald_settings.queues.retries), robust=True)
     return ids
 
 

@@ -21,12 +21,12 @@ import threading
 from datetime import datetime
 
 from celery import current_app
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from kombu import Queue
 
 from webhooks import tracing
+from webhooks.conf import herald_settings
 
 logger = logging.getLogger("herald.publishing")
 
@@ -43,12 +43,12 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
     `mark` the messages carry: when the ids were published, by the database's clock).
 
     `queue` is the main queue (new events) unless given; the system's own re-publications (retries,
-    recoveries, hand-ons, manual retries) go to HERALD_PERIODIC_QUEUE. A broker failure is logged,
+    recoveries, hand-ons, manual retries) go to the retry queue (herald_settings.queues.retries). A broker failure is logged,
     never raised: the rows are safe and the dispatcher publishes them again.
     """
     if not delivery_ids:
         return
-    queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    queue = queue or herald_settings.queues.main
     if wait:
         publish([(queue, list(delivery_ids), mark or timezone.now())])
     else:
@@ -57,7 +57,7 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
 
 def doorbell_channel() -> str:
     """The Redis channel the relays listen on (one per Herald installation: HERALD_QUEUE names it)."""
-    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:doorbell"
+    return f"{herald_settings.queues.main}:doorbell"
 
 
 _redis_clients: dict[int, object] = {}
@@ -69,7 +69,7 @@ def _redis():
     client = _redis_clients.get(os.getpid())
     if client is None:
         client = _redis_clients[os.getpid()] = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+            herald_settings.queues.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     return client
 
 
@@ -92,7 +92,7 @@ def publish(batch: list[tuple[str, list[str], datetime]], traceparents: dict[str
     for queue, ids, mark in batch:
         held, latest = by_queue.get(queue, ([], mark))
         by_queue[queue] = (held + ids, max(latest, mark))
-    chunk = settings.WEBHOOK_ENQUEUE_CHUNK
+    chunk = herald_settings.queues.WEBHOOK_ENQUEUE_CHUNK
     try:
         with current_app.producer_or_acquire() as producer, producer.batch():
             for queue, (ids, mark) in by_queue.items():

@@ -7,7 +7,7 @@ doorbell rings (a Redis message sent after each intake commit, see webhooks/deli
 otherwise every WEBHOOK_RELAY_POLL_SECONDS, and publishes what is due, oldest first, in batches: one
 UPDATE marks a batch's rows published (`FOR UPDATE SKIP LOCKED`, so relays of several workers share
 the work and never publish a delivery twice) and its ids go out as `webhooks.deliver_many` messages:
-first attempts to the main queue, retries to the periodic one.
+first attempts to the main queue, retries to the retry queue.
 
 Beat's dispatcher runs the same step, so deliveries still go out with no relay running (a prefork
 worker runs none), at its interval instead of at once.
@@ -18,10 +18,10 @@ import logging
 import threading
 import time
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from webhooks import tracing
+from webhooks.conf import herald_settings
 from webhooks.delivery import outbox
 from webhooks.delivery.publishing import _redis, doorbell_channel, publish
 
@@ -30,12 +30,12 @@ logger = logging.getLogger("herald.relay")
 
 def deliveries_relay(*, batch: int | None = None) -> list[str]:
     """Publish every due, unpublished delivery (see the module doc); the ids published."""
-    return publish_in_batches(outbox.MARK_DUE_SQL, {"batch": batch or settings.WEBHOOK_DISPATCH_BATCH})
+    return publish_in_batches(outbox.MARK_DUE_SQL, {"batch": batch or herald_settings.queues.WEBHOOK_DISPATCH_BATCH})
 
 
 def publish_in_batches(sql: str, params: dict) -> list[str]:
     """Run `sql`, which marks up to `params["batch"]` outbox rows published and returns (delivery id, for
-    the periodic queue?, published_at) for each, and publish them in one round trip to the broker; again at
+    the retry queue?, published_at) for each, and publish them in one round trip to the broker; again at
     once while batches come full, for up to WEBHOOK_DISPATCH_SECONDS. The ids published.
 
     If the broker fails (or, on RabbitMQ, does not confirm) after a batch is marked, the batch is
@@ -43,8 +43,8 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
     nobody sees (a broker that loses what it confirmed) leaves rows that look published: once their
     messages are overdue the dispatcher finds them lost and publishes them again.
     """
-    main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
-    deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
+    main, retries = herald_settings.queues.main, herald_settings.queues.retries
+    deadline = time.monotonic() + herald_settings.queues.WEBHOOK_DISPATCH_SECONDS
     published: list[str] = []
     while True:
         # Most passes find nothing: with tracing on, their statement makes no span (a trace a second).
@@ -55,7 +55,7 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
             mark = max(row[2] for row in rows)
             ids = [row[0] for row in rows]
             if not publish([(queue, part, mark) for queue, part in (
-                    (main, [row[0] for row in rows if not row[1]]), (periodic, [row[0] for row in rows if row[1]]))
+                    (main, [row[0] for row in rows if not row[1]]), (retries, [row[0] for row in rows if row[1]]))
                     if part], traceparents=tracing.event_traceparents(delivery_ids=ids) if tracing.ENABLED else None):
                 outbox.unmark(ids, [row[2] for row in rows])
                 return published
@@ -92,7 +92,7 @@ class Relay:
                     except Exception:  # noqa: BLE001 - its connection is gone already
                         pass
                 pubsub = None
-                self._stop.wait(settings.WEBHOOK_RELAY_POLL_SECONDS)
+                self._stop.wait(herald_settings.queues.WEBHOOK_RELAY_POLL_SECONDS)
             if self._stop.is_set():
                 break
             try:
@@ -107,7 +107,7 @@ class Relay:
     def _wait_for_ring(self, pubsub) -> None:
         """Until the doorbell rings or the poll interval passes (checking for a stop every 0.2 s);
         rings that came meanwhile are answered by the one run that follows."""
-        deadline = time.monotonic() + settings.WEBHOOK_RELAY_POLL_SECONDS
+        deadline = time.monotonic() + herald_settings.queues.WEBHOOK_RELAY_POLL_SECONDS
         while not self._stop.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0 or pubsub.get_message(timeout=min(0.2, remaining)) is not None:

@@ -7,10 +7,10 @@ many at once with `attempt_open`; `attempt_send` sends one on the calling thread
 import time
 
 import pycurl
-from django.conf import settings
 
 from webhooks import access as access_mod
 from webhooks import signing, tracing, transport
+from webhooks.conf import herald_settings
 from webhooks.delivery.leases import Claim
 
 
@@ -23,7 +23,7 @@ def message_headers(*, secrets: list[str], event_id: str, payload: bytes) -> dic
     """The Standard Webhooks headers a message carries now: sent with an attempt, or served to a poll
     endpoint's consumer (webhooks/services/polling.py)."""
     return signing.webhook_headers(secrets=secrets, msg_id=event_id, timestamp=int(time.time()),
-                                   body=payload, user_agent=f"Herald/{settings.HERALD_VERSION}")
+                                   body=payload, user_agent=f"Herald/{herald_settings.delivery.version}")
 
 
 def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod.Prepared:
@@ -31,7 +31,7 @@ def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod
     need be) and the proxy's route; blocks for a token fetch or a proxied host's lookup (see
     access_mod.needs_thread)."""
     return access_mod.prepare(url=claim.url, headers=attempt_headers(claim), access=claim.access,
-                              timeout=settings.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
+                              timeout=herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
 
 
 def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResult:
@@ -43,9 +43,10 @@ def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResu
 def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport.Attempt:
     """The claim's attempt, set up on `curl` (see transport.Attempt)."""
     return transport.Attempt(curl, url=claim.url, body=claim.payload, headers=prepared.headers,
-                             timeout=prepared.timeout, allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
+                             timeout=prepared.timeout,
+                             allow_private_networks=herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
                              auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
-                             ca_file=settings.WEBHOOK_CA_BUNDLE or None)
+                             ca_file=herald_settings.delivery.WEBHOOK_CA_BUNDLE or None)
 
 
 def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> transport.AttemptResult:

@@ -3,13 +3,13 @@ import json
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from webhooks import access, crypto, event_types
+from webhooks.conf import herald_settings
 from webhooks.delivery import outbox
 from webhooks.delivery.parked import endpoint_hand_on
 from webhooks.models import Delivery, DeliveryLease, Endpoint, EndpointAccess, EndpointSecret, Tenant
@@ -44,12 +44,12 @@ def endpoint_url_check(*, url: str) -> None:
         # A URL is shown wherever its endpoint is, and travels in Herald's own events (herald.endpoint.*)
         # to the tenant's other receivers: credentials have no place in it.
         raise EndpointUrlRefused("The URL must not contain a user name or password.")
-    if settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
+    if herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
         if not url.lower().startswith(("http://", "https://")):
             raise EndpointUrlRefused("The URL must use http or https.")
         return
     try:
-        check_url_host(url, dns_timeout=settings.ENDPOINT_DNS_TIMEOUT_SECONDS)
+        check_url_host(url, dns_timeout=herald_settings.delivery.ENDPOINT_DNS_TIMEOUT_SECONDS)
     except ValueError as exc:
         raise EndpointUrlRefused(str(exc)) from None
 
@@ -64,12 +64,12 @@ class TenantGone(LookupError):
 
 def tenant_max_endpoints(tenant: Tenant) -> int:
     """The endpoints a tenant may have: its own limit, or the deployment's default."""
-    return settings.TENANT_MAX_ENDPOINTS if tenant.max_endpoints is None else tenant.max_endpoints
+    return herald_settings.api.TENANT_MAX_ENDPOINTS if tenant.max_endpoints is None else tenant.max_endpoints
 
 
 def endpoint_max_in_flight(endpoint: Endpoint) -> int:
     """The endpoint's cap on attempts in flight: its own, or the deployment's default."""
-    return endpoint.max_in_flight or settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
+    return endpoint.max_in_flight or herald_settings.delivery.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
 
 
 @transaction.atomic
@@ -262,7 +262,7 @@ def _issue_secret(*, endpoint: Endpoint) -> EndpointSecret:
 def endpoints_disable_failing(*, now: datetime | None = None) -> int:
     """Beat: disable endpoints that have failed continuously for WEBHOOK_DISABLE_AFTER_SECONDS."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.WEBHOOK_DISABLE_AFTER_SECONDS)
+    cutoff = now - timedelta(seconds=herald_settings.delivery.WEBHOOK_DISABLE_AFTER_SECONDS)
     failing = Endpoint.objects.filter(enabled=True, deleted_at__isnull=True, failing_since__lte=cutoff)
     return sum(endpoint_disable(endpoint_id=endpoint_id, reason="failing continuously")
                for endpoint_id in failing.values_list("id", flat=True))

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
+from webhooks.conf import herald_settings
 from webhooks.delivery import leases, outbox
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, PortalLink, Tenant
 
@@ -73,8 +73,8 @@ class Pacer:
     deleted tenants (and intake's part of it, intake/tenants.py) share it."""
 
     def __init__(self, *, max_seconds: float | None = None, pause_ratio: float | None = None) -> None:
-        self.max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
-        self.pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
+        self.max_seconds = herald_settings.retention.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
+        self.pause_ratio = herald_settings.retention.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
         self.started = time.monotonic()
         self.batches = 0
 
@@ -118,8 +118,8 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
                  max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
     """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
     (the next run goes on from the oldest again), paced by a Pacer."""
-    days = settings.EVENT_RETENTION_DAYS if days is None else days
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    days = herald_settings.retention.EVENT_RETENTION_DAYS if days is None else days
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
     pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
@@ -214,7 +214,7 @@ class Erased:
 def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
     """Erase a deleted tenant's events, deliveries, attempts, endpoints, secrets and portal links, batch by
     batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
 
     def events_batch() -> bool:
         with transaction.atomic(), connection.cursor() as cursor:
