@@ -2,7 +2,7 @@
 wake the long-polls of poll endpoints (`poll_notify`).
 
 The pending rows in PostgreSQL are the outbox. Intake publishes nothing itself: once its transaction
-commits it rings the doorbell of the workers' relays (webhooks/relay.py), which publish what is due
+commits it rings the doorbell of the workers' relays (webhooks/delivery/relay.py), which publish what is due
 as `webhooks.deliver_many` messages of up to WEBHOOK_ENQUEUE_CHUNK ids each. A Celery message costs
 about a millisecond of CPU to build and send; the relays pay it per batch, in the workers, not per
 request in the web process.
