@@ -25,8 +25,8 @@ from intake.tenants import (UidTaken, tenant_create, tenant_credential_issue, te
                             tenant_get, tenant_list, tenant_update)
 from webhooks import selectors
 from webhooks.conf import herald_settings
-from webhooks.models import Delivery, Endpoint
 from webhooks.delivery import retries
+from webhooks.models import Delivery, Endpoint
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import event_catalog
 from webhooks.services import events as event_services

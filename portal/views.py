@@ -21,8 +21,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from intake import serializers as io
 from webhooks import ids, selectors
 from webhooks.conf import herald_settings
-from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.delivery import retries
+from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
 from webhooks.services import recovery as recovery_services

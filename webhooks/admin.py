@@ -14,10 +14,10 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
+from webhooks.delivery import retries
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
                               Recovery, Tenant)
 from webhooks.selectors import endpoint_access
-from webhooks.delivery import retries
 from webhooks.services import event_catalog
 from webhooks.services.endpoints import endpoint_update
 

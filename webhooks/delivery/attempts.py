@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-
 from webhooks import breaker, retry_policy, transport
 from webhooks.conf import herald_settings
 from webhooks.delivery import db

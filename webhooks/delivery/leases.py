@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-
 from webhooks import access as access_mod
 from webhooks import crypto
 from webhooks.conf import herald_settings
