@@ -30,11 +30,11 @@ from urllib.parse import quote_plus
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from django.conf import settings
 from oauthlib.oauth2 import BackendApplicationClient
 from oauthlib.oauth2.rfc6749.errors import OAuth2Error
 
 from webhooks import crypto, tracing, transport
+from webhooks.conf import herald_settings
 from webhooks.models import EndpointAccess
 
 logger = logging.getLogger("herald.access")
@@ -369,12 +369,13 @@ def token_fetch(oauth2: OAuth2, *, timeout: float) -> tuple[str, float]:
     body = client.prepare_request_body(scope=oauth2.scope or None, **extra)
     # RFC 6749 §2.3.1: the client id and secret, form-encoded, as HTTP Basic credentials.
     credentials = transport.Auth("basic", quote_plus(oauth2.client_secret), quote_plus(oauth2.client_id))
+    delivery = herald_settings.delivery  # the token is fetched as an attempt is sent: same policy, proxy, CAs
     result = transport.send(
         url=oauth2.token_url, body=body.encode("utf-8"), timeout=timeout, auth=credentials,
         headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
-                 "User-Agent": f"Herald/{settings.HERALD_VERSION}"},
-        allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS, proxy=settings.WEBHOOK_PROXY_URL,
-        ca_file=settings.WEBHOOK_CA_BUNDLE or None, body_limit=TOKEN_BODY_LIMIT)
+                 "User-Agent": f"Herald/{delivery.version}"},
+        allow_private_networks=delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS, proxy=delivery.WEBHOOK_PROXY_URL,
+        ca_file=delivery.WEBHOOK_CA_BUNDLE or None, body_limit=TOKEN_BODY_LIMIT)
     if result.error:
         raise TokenError(f"oauth2_token: {result.error}")
     try:
@@ -401,7 +402,7 @@ def token_fetch(oauth2: OAuth2, *, timeout: float) -> tuple[str, float]:
 
 def needs_thread(access: Access | None) -> bool:
     """True when preparing this attempt blocks: a token to fetch, or a host to resolve for the proxy."""
-    if settings.WEBHOOK_PROXY_URL:
+    if herald_settings.delivery.WEBHOOK_PROXY_URL:
         return True
     return access is not None and access.oauth2 is not None and tokens.cached(access.oauth2) is None
 
@@ -423,11 +424,12 @@ def prepare(*, url: str, headers: dict[str, str], access: Access | None, timeout
             except TokenError as exc:
                 return Prepared(headers, 0, error=str(exc)[:200], spent_ms=_ms_since(started))
             auth = transport.Auth("bearer", token)
-    if settings.WEBHOOK_PROXY_URL:
+    delivery = herald_settings.delivery
+    if delivery.WEBHOOK_PROXY_URL:
         try:
-            route = transport.route_for(url, proxy=settings.WEBHOOK_PROXY_URL,
+            route = transport.route_for(url, proxy=delivery.WEBHOOK_PROXY_URL,
                                         timeout=max(0.001, timeout - (time.monotonic() - started)),
-                                        allow_private_networks=settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+                                        allow_private_networks=delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         except ValueError as exc:
             return Prepared(headers, 0, error=str(exc)[:200], spent_ms=_ms_since(started))
     remaining = max(0.001, timeout - (time.monotonic() - started))
