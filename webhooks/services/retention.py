@@ -156,20 +156,21 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
 # whatever the deliveries' states: its endpoints were taken down when it was deleted (so the claim
 # closes whatever is still queued), and its credentials revoked. One statement per batch: it locks up
 # to `batch` of the tenant's events (skipping one a manual retry holds: the next batch or run takes
-# it) and deletes them with their deliveries, attempts, outbox rows and leases.
+# it) and deletes them with their deliveries, attempts, outbox rows and leases. The deliveries' delete
+# returns their ids to the others (every part sees the same snapshot): one visit to each delivery, not
+# a read and then a delete by key; the others take them as an array, a key lookup each, whatever the
+# planner thinks of the outbox's size (a join could scan the whole outbox once per batch).
 _TENANT_EVENTS_SQL = f"""
 WITH picked AS (
     SELECT e.id FROM {_EVENT} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
-), doomed AS (
-    SELECT d.id FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked)
-), attempts AS (
-    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id IN (SELECT id FROM doomed) RETURNING 1
-), outbox AS (
-    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id IN (SELECT id FROM doomed) RETURNING 1
-), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id IN (SELECT id FROM doomed) RETURNING 1
 ), deliveries AS (
-    DELETE FROM {_DELIVERY} d WHERE d.id IN (SELECT id FROM doomed) RETURNING 1
+    DELETE FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked) RETURNING d.id
+), attempts AS (
+    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+), outbox AS (
+    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+), leases AS (
+    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
 ), events AS (
     DELETE FROM {_EVENT} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
