@@ -1037,9 +1037,11 @@ class Bench:
 
             def erase():
                 started = time.monotonic()
-                result["erased"] = tenants_erase(max_seconds=3600)
-                result["seconds"] = time.monotonic() - started
-                connection.close()
+                try:
+                    result["erased"] = tenants_erase(max_seconds=3600)
+                finally:
+                    result["seconds"] = time.monotonic() - started
+                    connection.close()
 
             eraser = threading.Thread(target=erase)
             eraser.start()
@@ -1047,6 +1049,8 @@ class Bench:
             rounds["during"].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
                                         path="/api/v1/events", connections=16, seconds=self.seconds))
             eraser.join()
+            if "erased" not in result:
+                raise RuntimeError("the erasure failed (see its traceback above)")
             erased, seconds = result["erased"], result["seconds"]
             gone = not Tenant.objects.filter(pk=tenant.pk).exists()
             erasures.append({"rows": erased.rows, "events": erased.events, "deliveries": erased.deliveries,
