@@ -100,16 +100,11 @@ def tenant_credential_revoke(*, tenant: Tenant, credential_id: int) -> bool:
 
 
 # --- Erasure (beat) -------------------------------------------------------------------------------
-# Each of the tenant's credentials' keys in the order of their unique (credential, key) index, then deleted
-# by primary key. As joins (`IN (SELECT …)`) PostgreSQL may scan the whole table from its start for each
-# batch, past every key the batches before deleted.
 _KEYS_SQL = f"""
-DELETE FROM {IdempotencyKey._meta.db_table} WHERE id = ANY(ARRAY(
-    SELECT k.id FROM {ApiCredential._meta.db_table} c CROSS JOIN LATERAL (
-           SELECT k.id FROM {IdempotencyKey._meta.db_table} k WHERE k.credential_id = c.id
-            ORDER BY k.key LIMIT %(batch)s FOR UPDATE SKIP LOCKED) k
-     WHERE c.tenant_id = %(tenant)s
-     LIMIT %(batch)s))
+DELETE FROM {IdempotencyKey._meta.db_table} WHERE id IN (
+    SELECT k.id FROM {IdempotencyKey._meta.db_table} k
+     WHERE k.credential_id IN (SELECT c.id FROM {ApiCredential._meta.db_table} c WHERE c.tenant_id = %(tenant)s)
+     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
 """
 
 
