@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
-from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, EndpointAccess,
-                             EndpointSecret, Event, PortalLink, Recovery, Tenant)
+from webhooks.conf import herald_settings
+from webhooks.delivery import leases, outbox
+from webhooks.models import (Delivery, DeliveryAttempt, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
+                             Recovery, Tenant)
 
 logger = logging.getLogger("herald.retention")
 
@@ -73,8 +74,8 @@ class Pacer:
     deleted tenants (and intake's part of it, intake/tenants.py) share it."""
 
     def __init__(self, *, max_seconds: float | None = None, pause_ratio: float | None = None) -> None:
-        self.max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
-        self.pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
+        self.max_seconds = herald_settings.retention.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
+        self.pause_ratio = herald_settings.retention.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
         self.started = time.monotonic()
         self.batches = 0
 
@@ -118,8 +119,8 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
                  max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
     """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
     (the next run goes on from the oldest again), paced by a Pacer."""
-    days = settings.EVENT_RETENTION_DAYS if days is None else days
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    days = herald_settings.retention.EVENT_RETENTION_DAYS if days is None else days
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
     pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
@@ -158,8 +159,7 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
 # to `batch` of the tenant's events (skipping one a manual retry holds: the next batch or run takes
 # it) and deletes them with their deliveries, attempts, outbox rows and leases. The deliveries' delete
 # returns their ids to the others (every part sees the same snapshot): one visit to each delivery, not
-# a read and then a delete by key; the others take them as an array, a key lookup each, whatever the
-# planner thinks of the outbox's size (a join could scan the whole outbox once per batch).
+# a read and then a delete by key.
 _TENANT_EVENTS_SQL = f"""
 WITH picked AS (
     SELECT e.id FROM {_EVENT} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
@@ -168,9 +168,9 @@ WITH picked AS (
 ), attempts AS (
     DELETE FROM {_ATTEMPT} a WHERE a.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
 ), outbox AS (
-    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+    {outbox.delete_of("SELECT id FROM deliveries")}
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+    {leases.delete_of("delivery_id", "SELECT id FROM deliveries")}
 ), events AS (
     DELETE FROM {_EVENT} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
@@ -189,7 +189,7 @@ WITH picked AS (
 ), recoveries AS (
     DELETE FROM {Recovery._meta.db_table} r WHERE r.endpoint_id IN (SELECT id FROM picked) RETURNING 1
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+    {leases.delete_of("endpoint_id", "SELECT id FROM picked")}
 ), endpoints AS (
     DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
@@ -222,7 +222,7 @@ class Erased:
 def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
     """Erase a deleted tenant's events, deliveries, attempts, endpoints (with all that refers to them) and portal
     links, batch by batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
 
     def events_batch() -> bool:
         with transaction.atomic(), connection.cursor() as cursor:
