@@ -65,6 +65,17 @@ def _fresh_credential_cache():
 
 
 @pytest.fixture
+def fresh_tokens():
+    """This process's OAuth2 token cache (webhooks/access.py) empty before and after the test, so that a token
+    one test fetched is never another's (the endpoint access and proxy tests use it on every test)."""
+    from webhooks import access
+
+    access.tokens.clear()
+    yield
+    access.tokens.clear()
+
+
+@pytest.fixture
 def broker():
     """The real Redis broker: purge the test queue first, then read what was published to it."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)

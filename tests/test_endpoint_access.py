@@ -25,18 +25,11 @@ from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
 from webhooks.delivery.leases import deliveries_claim
 from webhooks.engine import delivery_attempt
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_tokens")]
 
 HEADER_VALUE = "hv-9f3c1d2e-never-shown"
 PASSWORD = "pw-5b7e0a1c-never-shown"
 BEARER = "bearer-2d8f4e6a-never-shown"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens():
-    access.tokens.clear()
-    yield
-    access.tokens.clear()
 
 
 @pytest.fixture
@@ -191,6 +184,65 @@ def test_an_endpoint_without_access_sends_no_authorization(api, receiver):
     create_endpoint(api, receiver.url())
     assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
     assert "authorization" not in receiver.wait_for(1)[0].headers
+
+
+
+def test_a_change_of_headers_or_auth_takes_effect_on_the_next_attempt(api, receiver, engine):
+    """A worker keeps each endpoint's decrypted access (per process, by the access row's updated_at): a change
+    must reach the very next attempt, on the engine and on a task's own thread alike."""
+    endpoint = create_endpoint(api, receiver.url(), headers={"X-Api-Key": "first-value"},
+                               auth={"type": "bearer", "token": BEARER})
+    engine.submit(_send_event(api))
+    assert engine.drain(10)
+    first, = receiver.wait_for(1)
+    assert (first.headers["x-api-key"], first.headers["authorization"]) == ("first-value", f"Bearer {BEARER}")
+
+    changed = api.patch(f"endpoints/{endpoint['id']}", {
+        "headers": {"X-Api-Key": "second-value", "X-More": "1"},
+        "auth": {"type": "basic", "username": "herald", "password": PASSWORD}})
+    assert changed.status_code == 200, changed.content
+    engine.submit(_send_event(api))
+    assert engine.drain(10)
+    second = receiver.wait_for(2)[1]
+    assert (second.headers["x-api-key"], second.headers["x-more"]) == ("second-value", "1")
+    assert second.headers["authorization"] == "Basic " + base64.b64encode(f"herald:{PASSWORD}".encode()).decode()
+
+    assert api.patch(f"endpoints/{endpoint['id']}", {"headers": None, "auth": None}).status_code == 200
+    assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
+    third = receiver.wait_for(3)[2]
+    assert "x-api-key" not in third.headers and "x-more" not in third.headers
+    assert "authorization" not in third.headers
+
+
+def test_every_delivery_of_a_claimed_batch_carries_its_endpoints_access(api, receiver):
+    """The claim reads an endpoint's access once per batch (on one of its deliveries): every delivery of the
+    batch gets it all the same, and the deliveries of an endpoint without access get none."""
+    guarded = create_endpoint(api, receiver.url("/guarded"), headers={"X-Api-Key": HEADER_VALUE},
+                              auth={"type": "bearer", "token": BEARER})
+    create_endpoint(api, receiver.url("/plain"))
+    ids = []
+    for n in range(3):
+        response = api.post("events", {"type": "invoice.paid", "data": {"n": n}})
+        assert response.status_code == 202, response.content
+        ids += [d["id"] for d in response.json()["deliveries"]]
+    claims = deliveries_claim(delivery_ids=ids).claims
+    assert sorted(claims) == sorted(ids)
+    guarded_claims = [c for c in claims.values() if c.endpoint_id == guarded["id"]]
+    assert len(guarded_claims) == 3
+    for claim in claims.values():
+        if claim.endpoint_id == guarded["id"]:
+            assert claim.access.header_lines == (f"X-Api-Key: {HEADER_VALUE}",)
+            assert (claim.access.auth.kind, claim.access.auth.secret) == ("bearer", BEARER)
+        else:
+            assert claim.access is None
+
+
+def test_a_tenants_traceparent_header_gives_way_to_the_attempts_own_when_tracing():
+    """A tenant may send a header named traceparent; a process that traces sends its attempt's own instead
+    (never two), and one that does not sends the tenant's."""
+    loaded = access.Access((("TraceParent", "00-tenant"), ("X-Api-Key", "k"), ("tracestate", "t=1")))
+    assert loaded.header_lines == ("TraceParent: 00-tenant", "X-Api-Key: k", "tracestate: t=1")
+    assert loaded.header_lines_traced == ("X-Api-Key: k",)
 
 
 # -- auth ------------------------------------------------------------------------------------

@@ -8,11 +8,10 @@ import trustme
 
 from tests.access_servers import Proxy, TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
-from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt
 from webhooks.engine import delivery_attempt
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_tokens")]
 
 NAME = "egress.herald-test.example"
 
@@ -29,13 +28,6 @@ def _hosts_entry(name, address):
     finally:
         with open("/etc/hosts", "w") as f:
             f.write(original)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_tokens():
-    access.tokens.clear()
-    yield
-    access.tokens.clear()
 
 
 @pytest.fixture

@@ -10,11 +10,12 @@ import requests
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from tests.access_servers import TokenServer
 from tests.conftest import create_endpoint, subprocess_env, wait_until
 from tests.otlp import OtlpReceiver
 from tests.processes import ROOT, celery_beat, celery_worker, free_port, gunicorn, run_dir
 from tests.receiver import Answer
-from webhooks.models import Delivery, Event
+from webhooks.models import Delivery, DeliveryAttempt, Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,6 +156,68 @@ def test_gunicorn_without_preload_and_a_solo_worker_trace_too(api, receiver, otl
     assert attempt.service == "herald-worker"
     assert attempt.attributes["http.response.status_code"] == 200 and attempt.attributes["herald.attempt"] == 1
     assert _context_of(got.headers["traceparent"]) == (caller_trace, attempt.span_id)
+
+
+@pytest.mark.slow
+def test_attempts_prepared_off_the_engine_thread_are_traced_like_the_others(api, receiver, otlp, processes):
+    """An OAuth2 client-credentials endpoint: the engine prepares its attempt on a thread of its pool (the token
+    fetch), then sends it. Its spans are those of any attempt: `herald.delivery` under the event's stored
+    traceparent, a CLIENT `POST` with status and attributes whose traceparent the receiver gets; a token
+    endpoint that refuses is a failed attempt span (`oauth2_token`) that never sent. No secret in any span."""
+    tokens = TokenServer()
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        server = processes(gunicorn(free_port(), workers=1, **env))
+        processes(celery_worker("tracing-oauth2", concurrency=4, **env))
+        oauth2 = {"type": "oauth2_client_credentials", "token_url": tokens.url, "client_id": tokens.client_id}
+        good = create_endpoint(api, receiver.url("/oauth2"), auth={**oauth2, "client_secret": tokens.client_secret})
+        refused = create_endpoint(api, receiver.url("/refused"), auth={**oauth2, "client_secret": "not-the-secret"})
+        caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+        response = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {"n": 1}},
+                                 timeout=20, headers={"Authorization": f"Bearer {api.token}",
+                                                      "Idempotency-Key": "trace-oauth2-1",
+                                                      "traceparent": f"00-{caller_trace}-{caller_span}-01"})
+        assert response.status_code == 202, response.content
+        delivery_of = {Delivery.objects.get(pk=d["id"]).endpoint_id: d["id"] for d in response.json()["deliveries"]}
+        got, = receiver.wait_for(1, "/oauth2")
+        wait_until(lambda: DeliveryAttempt.objects.filter(delivery_id=delivery_of[refused["id"]]).exists())
+        assert len(tokens.requests) == 2  # one per endpoint, on the engine's preparing threads
+
+        def complete(spans):
+            return sum(s.trace_id == caller_trace and s.name == "herald.delivery" for s in spans) == 2
+        ours = [s for s in otlp.wait_for(complete) if s.trace_id == caller_trace]
+    finally:
+        tokens.close()
+    # the event's stored traceparent (the intake's transaction span) is each delivery's parent
+    event_trace, event_span = _context_of(Event.objects.get(pk=response.json()["id"]).traceparent)
+    assert event_trace == caller_trace
+    deliveries = {s.attributes["herald.endpoint_id"]: s for s in ours if s.name == "herald.delivery"}
+    assert set(deliveries) == {good["id"], refused["id"]}
+    for endpoint_id, delivery in deliveries.items():
+        assert delivery.parent_span_id == event_span and delivery.service == "herald-worker"
+        assert delivery.attributes["herald.delivery_id"] == delivery_of[endpoint_id]
+        assert delivery.attributes["herald.attempt"] == 1 and delivery.attributes["herald.status"] == (
+            "succeeded" if endpoint_id == good["id"] else "pending")
+        children = sorted((s for s in ours if s.parent_span_id == delivery.span_id), key=lambda s: s.start_ns)
+        assert [s.name for s in children] == ["herald.claim", "POST", "herald.record"]
+
+    attempts = {s.attributes["herald.endpoint_id"]: s for s in ours if s.kind == "CLIENT" and s.name == "POST"}
+    sent, failed = attempts[good["id"]], attempts[refused["id"]]
+    for endpoint_id, attempt in attempts.items():
+        assert attempt.parent_span_id == deliveries[endpoint_id].span_id
+        assert attempt.attributes["http.request.method"] == "POST" and attempt.attributes["herald.attempt"] == 1
+        assert attempt.attributes["herald.delivery_id"] == delivery_of[endpoint_id]
+        assert attempt.end_ns >= attempt.start_ns and 0 <= attempt.attributes["herald.duration_ms"] < 5000
+    assert sent.attributes["url.full"] == receiver.url("/oauth2")
+    assert sent.attributes["http.response.status_code"] == 200 and sent.status_code == 0
+    assert got.headers["authorization"] == "Bearer tok-1"
+    assert _context_of(got.headers["traceparent"]) == (caller_trace, sent.span_id)
+    assert failed.status_code == 2 and failed.attributes["error.type"] == "oauth2_token"
+    assert failed.attributes["herald.error"].startswith("oauth2_token:") and "invalid_client" in failed.status_message
+    assert "http.response.status_code" not in failed.attributes
+    assert receiver.requests_to("/refused") == []
+    exported = json.dumps([s.as_dict() for s in ours])
+    assert tokens.client_secret not in exported and "tok-1" not in exported
 
 
 def _save(ours, spans) -> None:

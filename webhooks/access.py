@@ -34,7 +34,7 @@ from django.conf import settings
 from oauthlib.oauth2 import BackendApplicationClient
 from oauthlib.oauth2.rfc6749.errors import OAuth2Error
 
-from webhooks import crypto, transport
+from webhooks import crypto, tracing, transport
 from webhooks.models import EndpointAccess
 
 logger = logging.getLogger("herald.access")
@@ -218,12 +218,30 @@ class OAuth2:
 
 @dataclass(frozen=True)
 class Access:
-    """An endpoint's access as an attempt uses it (secrets decrypted; `repr` shows none)."""
+    """An endpoint's access as an attempt uses it (secrets decrypted; `repr` shows none).
+
+    Loaded once per process and access row (`access_from_rows`), so what every attempt would otherwise
+    redo is done here: the headers as libcurl takes them (`Name: value` lines, appended to Herald's own),
+    and the same without a `traceparent` or `tracestate` of the tenant's, for a process that traces (its
+    attempt's own traceparent goes to the receiver, never two).
+    """
 
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     auth: transport.Auth | None = None
     oauth2: OAuth2 | None = None
     client_cert: transport.ClientCert | None = None
+    header_lines: tuple[str, ...] = field(init=False, repr=False)
+    header_lines_traced: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        lines = tuple(f"{name}: {value}" for name, value in self.headers)
+        traced = tuple(line for line, (name, _) in zip(lines, self.headers)
+                       if name.lower() not in _TRACE_HEADERS)
+        object.__setattr__(self, "header_lines", lines)
+        object.__setattr__(self, "header_lines_traced", traced if len(traced) < len(lines) else lines)
+
+
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 
 
 ACCESS_TABLE = EndpointAccess._meta.db_table
@@ -288,6 +306,7 @@ class Prepared:
     oauth2_token: str | None = field(default=None, repr=False)  # to drop after a 401
     error: str = ""
     spent_ms: int = 0  # what preparing took (the duration of an attempt that failed here)
+    header_lines: tuple[str, ...] = field(default=(), repr=False)  # the endpoint's headers (Access.header_lines)
 
 
 class TokenError(Exception):
@@ -392,9 +411,11 @@ def prepare(*, url: str, headers: dict[str, str], access: Access | None, timeout
     attempt's own deadline). A token or proxy failure is returned as `error`, never raised."""
     started = time.monotonic()
     auth = client_cert = token = route = None
+    lines: tuple[str, ...] = ()
     if access is not None:
-        if access.headers:
-            headers = {**headers, **dict(access.headers)}
+        # Herald's own headers stay a dict (tracing adds the traceparent to it); the endpoint's are lines,
+        # built when its access was loaded: none of Herald's names can be among them (headers_validate).
+        lines = access.header_lines_traced if tracing.ENABLED else access.header_lines
         auth, client_cert = access.auth, access.client_cert
         if access.oauth2 is not None:
             try:
@@ -410,7 +431,7 @@ def prepare(*, url: str, headers: dict[str, str], access: Access | None, timeout
         except ValueError as exc:
             return Prepared(headers, 0, error=str(exc)[:200], spent_ms=_ms_since(started))
     remaining = max(0.001, timeout - (time.monotonic() - started))
-    return Prepared(headers, remaining, auth, client_cert, route, token)
+    return Prepared(headers, remaining, auth, client_cert, route, token, header_lines=lines)
 
 
 def _ms_since(started: float) -> int:

@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -285,7 +285,7 @@ class Attempt:
     def __init__(self, curl: pycurl.Curl, *, url: str, body: bytes, headers: Mapping[str, str], timeout: float,
                  allow_private_networks: bool, auth: Auth | None = None, client_cert: ClientCert | None = None,
                  route: Route | None = None, ca_file: str | None = None,
-                 body_limit: int = EXCERPT_LIMIT) -> None:
+                 body_limit: int = EXCERPT_LIMIT, header_lines: Sequence[str] = ()) -> None:
         self.curl = curl
         self.body_limit = body_limit
         self.timeout = timeout
@@ -300,7 +300,11 @@ class Attempt:
         curl.setopt(pycurl.POST, 1)
         curl.setopt(pycurl.POSTFIELDS, body)
         # No `Expect: 100-continue` round trip; no Accept-Encoding, so the excerpt is the raw body.
-        curl.setopt(pycurl.HTTPHEADER, [f"{name}: {value}" for name, value in headers.items()] + ["Expect:"])
+        # `header_lines` are more headers, already `Name: value` (an endpoint's own, built once per process).
+        lines = [f"{name}: {value}" for name, value in headers.items()]
+        lines += header_lines
+        lines.append("Expect:")
+        curl.setopt(pycurl.HTTPHEADER, lines)
         curl.setopt(pycurl.NOSIGNAL, 1)  # required with threads; the resolver is threaded, so DNS is bounded too
         curl.setopt(pycurl.TIMEOUT_MS, millis)
         curl.setopt(pycurl.CONNECTTIMEOUT_MS, millis)

@@ -46,7 +46,8 @@ def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport
                              timeout=prepared.timeout,
                              allow_private_networks=herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
                              auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
-                             ca_file=herald_settings.delivery.WEBHOOK_CA_BUNDLE or None)
+                             ca_file=herald_settings.delivery.WEBHOOK_CA_BUNDLE or None,
+                             header_lines=prepared.header_lines)
 
 
 def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> transport.AttemptResult:
