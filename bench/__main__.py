@@ -41,7 +41,7 @@ def percentile(values: list[float], pct: float) -> float:
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
 PARTS = ("intake", "catalog", "delivery", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
-         "end_to_end", "fan_out", "prune", "dispatch", "year", "scrape", "longpoll", "memory", "tracing")
+         "end_to_end", "fan_out", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing")
 
 class Bench:
     def __init__(self, quick: bool, rounds: int = 5):
@@ -985,6 +985,107 @@ class Bench:
               f"({must_stay:,} had to stay), {pending_left:,} pending deliveries; intake p99 "
               f"{baseline['p99_ms']:.1f} ms without, {during['p99_ms']:.1f} ms during", flush=True)
         self.drop_history()
+
+    def erasure(self):
+        """Erasure of a deleted tenant (SPEC §10) under intake load. Each of `--rounds` rounds (default 5) seeds
+        a tenant with the year's history (`seed_history`): 250,000 events to 4 endpoints, 1,000,000
+        deliveries and 1,000,000 attempts, one in fifty events with its deliveries pending (and their outbox
+        rows), and an idempotency key per event; deletes it (tenant_delete) and runs beat's erasure
+        (tenants_erase, EVENT_RETENTION_PAUSE_RATIO as configured) to the end. wrk drives intake for another
+        tenant for one run without the erasure, then one during it: the p99 ratio is of the rounds' medians,
+        the rows/s each round's whole erasure (every row it deleted, over its wall time)."""
+        from datetime import timedelta
+
+        from django.conf import settings
+        from django.db import connection
+        from django.utils import timezone
+
+        from intake.models import ApiCredential
+        from intake.tenants import erasure_grace, tenant_delete, tenants_erase
+        from webhooks.models import Tenant
+
+        events = 25_000 if self.quick else 250_000
+        rounds: dict[str, list[dict]] = {"without": [], "during": []}
+        erasures, seeds = [], []
+        for n in range(self.rounds):
+            tenant, _, _, seeded = self.seed_history(f"erasure{n}", events)
+            credential = ApiCredential.objects.filter(tenant=tenant).get()
+            started = time.monotonic()
+            with connection.cursor() as cursor:
+                # the answer intake stored for each of its events, as a platform's retries would find it
+                cursor.execute("""
+                    INSERT INTO intake_idempotencykey (credential_id, key, fingerprint, method, path,
+                        response_status, response_headers, response_body, response_encrypted, created_at,
+                        expires_at)
+                    SELECT %(credential)s, 'evt-' || g, md5(g::text) || md5(g::text), 'POST', '/api/v1/events', 202,
+                           '[["Content-Type", "application/json"], ["Location", "/api/v1/events/evt"]]'::jsonb,
+                           convert_to('{"id":"evt_00' || lpad(g::text, 24, '0') || '","type":"invoice.paid"}', 'UTF8'),
+                           false, now(), now() + interval '1 day'
+                      FROM generate_series(1, %(events)s) g""", {"credential": credential.pk, "events": events})
+                cursor.execute("VACUUM ANALYZE intake_idempotencykey")
+                cursor.execute("""SELECT (SELECT count(*) FROM webhooks_delivery d WHERE d.tenant_id = %(tenant)s),
+                                         (SELECT count(*) FROM webhooks_deliveryattempt a JOIN webhooks_delivery d
+                                            ON d.id = a.delivery_id WHERE d.tenant_id = %(tenant)s),
+                                         (SELECT count(*) FROM webhooks_deliveryoutbox o JOIN webhooks_delivery d
+                                            ON d.id = o.delivery_id WHERE d.tenant_id = %(tenant)s)""",
+                               {"tenant": tenant.pk})
+                deliveries, attempts, outbox = cursor.fetchone()
+                cursor.execute("CHECKPOINT")
+            seeds.append(seeded + time.monotonic() - started)
+            tenant_delete(tenant=tenant)
+            # as beat finds it once the grace (a lease's length) is over
+            Tenant.objects.filter(pk=tenant.pk).update(deleted_at=timezone.now() - erasure_grace()
+                                                       - timedelta(seconds=1))
+            rounds["without"].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
+                                         path="/api/v1/events", connections=16, seconds=self.seconds))
+            result: dict = {}
+
+            def erase():
+                started = time.monotonic()
+                try:
+                    result["erased"] = tenants_erase(max_seconds=3600)
+                finally:
+                    result["seconds"] = time.monotonic() - started
+                    connection.close()
+
+            eraser = threading.Thread(target=erase)
+            eraser.start()
+            time.sleep(1)
+            rounds["during"].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
+                                        path="/api/v1/events", connections=16, seconds=self.seconds))
+            eraser.join()
+            if "erased" not in result:
+                raise RuntimeError("the erasure failed (see its traceback above)")
+            erased, seconds = result["erased"], result["seconds"]
+            gone = not Tenant.objects.filter(pk=tenant.pk).exists()
+            erasures.append({"rows": erased.rows, "events": erased.events, "deliveries": erased.deliveries,
+                             "other": erased.other, "seconds": seconds, "rows_per_second": erased.rows / seconds,
+                             "seeded_deliveries": deliveries, "seeded_attempts": attempts, "seeded_outbox": outbox,
+                             "tenant_gone": gone, "during_outlasted_wrk": seconds > self.seconds + 1})
+            print(f"erasure round {n + 1}: {erased.rows:,} rows ({erased.events:,} events, {erased.deliveries:,} "
+                  f"deliveries, {erased.other:,} attempts, outbox rows, keys, endpoints, ...) in {seconds:.1f} s = "
+                  f"{erased.rows / seconds:,.0f} rows/s, tenant gone: {gone}; intake p99 "
+                  f"{rounds['without'][-1]['p99_ms']:.1f} ms without, {rounds['during'][-1]['p99_ms']:.1f} ms during",
+                  flush=True)
+            self.cancel_backlog()
+        out = {name: {"rps": statistics.median(r["rps"] for r in results),
+                      "p99_ms": statistics.median(r["p99_ms"] for r in results),
+                      "rounds_rps": [round(r["rps"]) for r in results],
+                      "rounds_p99_ms": [round(r["p99_ms"], 1) for r in results],
+                      "errors": sum(r["errors"] + r["non2xx"] for r in results)} for name, results in rounds.items()}
+        rate = statistics.median(e["rows_per_second"] for e in erasures)
+        self.results["erasure"] = {
+            "events": events, "pause_ratio": settings.EVENT_RETENTION_PAUSE_RATIO, "batch": settings.EVENT_RETENTION_BATCH,
+            "seed_seconds": statistics.median(seeds), "rounds": erasures, "rows_per_second": rate,
+            "rounds_rows_per_second": [round(e["rows_per_second"]) for e in erasures],
+            "all_gone": all(e["tenant_gone"] for e in erasures), "intake": out,
+            "p99_ratio": out["during"]["p99_ms"] / out["without"]["p99_ms"],
+        }
+        e = self.results["erasure"]
+        print(f"erasure: {rate:,.0f} rows/s (median of {e['rounds_rows_per_second']}); intake p99 "
+              f"{out['without']['p99_ms']:.1f} ms without {out['without']['rounds_p99_ms']}, "
+              f"{out['during']['p99_ms']:.1f} ms during {out['during']['rounds_p99_ms']}: {e['p99_ratio']:.2f}x",
+              flush=True)
 
     @staticmethod
     def _db_now():

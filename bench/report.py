@@ -30,6 +30,8 @@ TARGETS = {
     "year_rate": ("retention rows/s (events + deliveries + attempts), under intake load", ">= 100,000"),
     "year_p99_ratio": ("intake p99 during retention vs without", "<= 1.50x"),
     "year_kept": ("retention: pending and recent events kept", "all"),
+    "erasure_rate": ("erasure of a deleted tenant (1M deliveries and attempts), rows/s under intake load", ">= 100,000"),
+    "erasure_p99_ratio": ("others' intake p99 during the erasure vs without", "<= 1.50x"),
 }
 
 
@@ -101,6 +103,12 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         kept = y["kept_events"] == y["must_stay"] and y["pending_left"] == y["pending_seeded"]
         rows.append((*TARGETS["year_kept"], f"{y['kept_events']:,} of {y['must_stay']:,} events, "
                                             f"{y['pending_left']:,} of {y['pending_seeded']:,} pending", kept))
+    if "erasure" in results:
+        e = results["erasure"]
+        rows.append((*TARGETS["erasure_rate"], f"{e['rows_per_second']:,.0f}", e["rows_per_second"] >= 100_000))
+        during, without = e["intake"]["during"]["p99_ms"], e["intake"]["without"]["p99_ms"]
+        rows.append((*TARGETS["erasure_p99_ratio"], f"{e['p99_ratio']:.2f}x ({during:.1f} / {without:.1f} ms)",
+                     e["p99_ratio"] <= 1.5))
     if "scrape" in results:
         ms = results["scrape"]["db_ms"]
         rows.append((*TARGETS["scrape_db_ms"], f"{ms:.1f} ms", ms <= 50))
@@ -228,6 +236,19 @@ def markdown(results: dict) -> str:
                       f"intake p99 {y['intake_p99_ms_without']:.1f} ms without, {y['intake_p99_ms_during']:.1f} ms during; "
                       f"kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and {y['pending_left']:,} "
                       f"pending deliveries."]
+    if "erasure" in results:
+        e = results["erasure"]
+        first = e["rounds"][0]
+        lines += ["", f"Erasure: in each of {len(e['rounds'])} rounds a tenant with {first['seeded_deliveries']:,} "
+                      f"deliveries, {first['seeded_attempts']:,} attempts, {e['events']:,} events (and as many "
+                      f"idempotency keys), {first['seeded_outbox']:,} outbox rows, deleted and erased by beat's "
+                      f"`tenants_erase` (pause ratio {e['pause_ratio']:g}, batches of {e['batch']:,} events): "
+                      f"{first['rows']:,} rows at {e['rows_per_second']:,.0f} rows/s (median; rounds "
+                      f"{', '.join(f'{r:,}' for r in e['rounds_rows_per_second'])}); every tenant gone: "
+                      f"{'yes' if e['all_gone'] else '**no**'}. Another tenant's intake (wrk, c=16) p99 "
+                      f"{e['intake']['without']['p99_ms']:.1f} ms without (rounds {e['intake']['without']['rounds_p99_ms']}), "
+                      f"{e['intake']['during']['p99_ms']:.1f} ms during (rounds {e['intake']['during']['rounds_p99_ms']}): "
+                      f"{e['p99_ratio']:.2f}x."]
     if "dispatch" in results:
         d = results["dispatch"]
         lines += ["", f"Dispatcher: {d['waiting']:,} pending deliveries scheduled for later and {d['due']:,} due, "

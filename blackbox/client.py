@@ -59,12 +59,23 @@ def canonical(body) -> bytes:
 
 @dataclass
 class Api:
-    """Speaks to one Herald over HTTP with one bearer token; one requests.Session per thread."""
+    """Speaks to one Herald over HTTP with one bearer token; one requests.Session per thread.
+
+    With `tenant` (an id or uid) the token is a platform credential acting for that tenant (SPEC §10): a tenant
+    path of §4 (`/api/v1/events`, `/api/v1/endpoints/…`) is sent as `/api/v1/tenants/{tenant}/events`, …, so a
+    scenario runs unchanged through either kind of credential.
+    """
 
     base_url: str
     token: str
     timeout: float = 30.0
+    tenant: str | None = None
     _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    def path(self, path: str) -> str:
+        if self.tenant is None or not path.startswith("/api/v1/") or path.startswith("/api/v1/tenants"):
+            return path
+        return f"/api/v1/tenants/{self.tenant}/{path.removeprefix('/api/v1/')}"
 
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
@@ -84,7 +95,7 @@ class Api:
         all_headers.update(headers or {})
         sent = time.monotonic()
         try:
-            response = self._session().request(method, self.base_url + path, data=body, headers=all_headers,
+            response = self._session().request(method, self.base_url + self.path(path), data=body, headers=all_headers,
                                                timeout=timeout or self.timeout, allow_redirects=False)
             return Reply(response.status_code, response.content, {k.lower(): v for k, v in response.headers.items()},
                          "", sent, time.monotonic() - sent)

@@ -62,10 +62,12 @@ PROFILES = {
                     door_seconds=60),
 }
 
-SCENARIOS = ["storm", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping", "noisy-neighbour",
-             "breaker", "slow-clients", "front-door", "rate-limit", "fuzz", "soak", "year"]
+SCENARIOS = ["storm", "storm-platform", "worker-kill", "broker-restart", "broker-flush", "db-restart", "flapping",
+             "noisy-neighbour", "noisy-neighbour-platform", "breaker", "slow-clients", "front-door", "rate-limit", "fuzz",
+             "soak", "year"]
 ALIASES = {"broker": ["broker-restart", "broker-flush"], "kill": ["worker-kill"], "db": ["db-restart"],
-           "flap": ["flapping"], "isolation": ["noisy-neighbour", "breaker"], "abuse": ["slow-clients", "front-door", "rate-limit"]}
+           "flap": ["flapping"], "isolation": ["noisy-neighbour", "noisy-neighbour-platform", "breaker"],
+           "abuse": ["slow-clients", "front-door", "rate-limit"], "platform": ["storm-platform", "noisy-neighbour-platform"]}
 KILL_MIN_IN_FLIGHT = 200  # the worker-kill scenario SIGKILLs a worker holding at least this many attempts
 
 
@@ -125,11 +127,29 @@ class Context:
         self.db = Db(stack.pg.dsn)
         self.run_id = uuid.uuid4().hex[:8]
         self._canary: tuple[Tenant, Receiver] | None = None
+        self._platform: tuple[str, int] | None = None
 
-    def tenant(self, name: str) -> Tenant:
+    def tenant(self, name: str, via_platform: bool = False) -> Tenant:
+        """A tenant with a credential of its own (`manage.py create_credential --tenant`); or, `via_platform`,
+        one created through the tenants API by the run's platform credential, which then acts for it under
+        /api/v1/tenants/{uid}/ (SPEC §10)."""
+        if via_platform:
+            return self.platform_tenant(name)
         token = self.stack.create_credential(f"bb-{name}-{self.run_id}")
         credential_id, tenant_id = self.db.credential(token)
         return Tenant(name, Api(self.stack.base_url, token), token, credential_id, tenant_id)
+
+    def platform_tenant(self, name: str) -> Tenant:
+        if self._platform is None:
+            token = self.stack.manage("create_credential", "--platform").strip().splitlines()[-1].strip()
+            self._platform = (token, self.db.credential(token)[0])
+        token, credential_id = self._platform
+        uid = f"bb-{name}-{self.run_id}"
+        replies = Api(self.stack.base_url, token).post_retrying("/api/v1/tenants", {"name": name, "uid": uid},
+                                                                f"tenant-{uid}", budget=60)
+        if replies[-1].status != 201:
+            raise RuntimeError(f"creating tenant {uid}: {replies[-1].short()} {replies[-1].body[:300]!r}")
+        return Tenant(name, Api(self.stack.base_url, token, tenant=uid), token, credential_id, replies[-1].json()["id"])
 
     def endpoint(self, tenant: Tenant, receiver: Receiver, event_types: list[str], suffix: str | None = None,
                  **options) -> dict:
@@ -386,20 +406,25 @@ def _bodies(prefix: str, run_id: str, count: int) -> dict[str, dict]:
 # ---------------------------------------------------------------- 1. retry storm
 
 
-def storm(ctx: Context) -> Result:
+def storm(ctx: Context, via_platform: bool = False) -> Result:
+    """Clients retrying every request 1-5 times with its key, some racing the original: one event per key,
+    every answer its first 202 (or 409 in progress), every delivery once. `via_platform`: the same through a
+    platform credential acting for a tenant it created (storm-platform)."""
     profile = ctx.profile
     n, clients = profile.storm_events, profile.storm_clients
     fan_width = 11  # with the `storm.*` endpoint, 12 deliveries per fan-out event: more than are published inline
-    result = Result("storm", load=f"{n} events (1 in 10 fanned out to 12), {clients} clients, 1-5 retries/key")
-    tenant = ctx.tenant("storm")
-    receiver = ctx.receivers.new("storm", AlwaysOk())
+    name = "storm-platform" if via_platform else "storm"
+    result = Result(name, load=f"{n} events (1 in 10 fanned out to 12), {clients} clients, 1-5 retries/key"
+                               + (", platform credential" if via_platform else ""))
+    tenant = ctx.tenant(name, via_platform=via_platform)
+    receiver = ctx.receivers.new(name, AlwaysOk())
     ctx.endpoint(tenant, receiver, ["storm.*"])
-    fan = ctx.receivers.new("storm-fan", AlwaysOk())
+    fan = ctx.receivers.new(f"{name}-fan", AlwaysOk())
     fan_paths = []
     for index in range(fan_width):
         ctx.endpoint(tenant, fan, ["storm.fanout"], suffix=str(index))
         fan_paths.append(fan.path_url(str(index))[0])
-    bodies = _bodies("storm", ctx.run_id, n)
+    bodies = _bodies("storm", f"{ctx.run_id}{'-p' if via_platform else ''}", n)
     for n_, key in enumerate(bodies):
         if n_ % 10 == 0:
             bodies[key]["type"] = "storm.fanout"
@@ -793,18 +818,26 @@ def flapping(ctx: Context) -> Result:
 # ---------------------------------------------------------------- 6. isolation: a hanging neighbour, a breaker
 
 
-def noisy_neighbour(ctx: Context) -> Result:
-    """An endpoint that hangs past the timeout with a backlog; a healthy endpoint of the same tenant must not wait."""
+def noisy_neighbour(ctx: Context, via_platform: bool = False) -> Result:
+    """An endpoint that hangs past the timeout with a backlog; a healthy endpoint of the same tenant must not wait.
+
+    `via_platform` (noisy-neighbour-platform): the two endpoints belong to two tenants that one platform
+    credential created and acts for, each endpoint subscribed to every type: the slow tenant must not hold
+    the other back, and neither endpoint may receive an event of the other tenant."""
     profile = ctx.profile
-    result = Result("noisy-neighbour", load=f"{profile.hang_events} events → a hanging endpoint, then 10/s for "
-                                            f"{profile.neighbour_seconds:g}s → a healthy one")
-    tenant = ctx.tenant("neighbour")
-    hanging = ctx.receivers.new("hang", Hang(TIMEOUT_SECONDS))
-    healthy = ctx.receivers.new("healthy", AlwaysOk())
-    hang_endpoint = ctx.endpoint(tenant, hanging, ["hang.*"])
-    ctx.endpoint(tenant, healthy, ["healthy.*"])
+    name = "noisy-neighbour-platform" if via_platform else "noisy-neighbour"
+    result = Result(name, load=f"{profile.hang_events} events → a hanging endpoint, then 10/s for "
+                               f"{profile.neighbour_seconds:g}s → a healthy one"
+                               + (" of another tenant, one platform credential" if via_platform else ""))
+    suffix = "-p" if via_platform else ""
+    tenant = ctx.tenant(f"neighbour{suffix}", via_platform=via_platform)
+    other = ctx.tenant("neighbour-healthy-p", via_platform=True) if via_platform else tenant
+    hanging = ctx.receivers.new(f"hang{suffix}", Hang(TIMEOUT_SECONDS))
+    healthy = ctx.receivers.new(f"healthy{suffix}", AlwaysOk())
+    hang_endpoint = ctx.endpoint(tenant, hanging, [] if via_platform else ["hang.*"])
+    ctx.endpoint(other, healthy, [] if via_platform else ["healthy.*"])
     cap = hang_endpoint["max_in_flight"]
-    hang_bodies = _bodies("hang", ctx.run_id, profile.hang_events)
+    hang_bodies = _bodies("hang", ctx.run_id + suffix, profile.hang_events)
     Load(tenant.api, hang_bodies, clients=8, budget=60).start().wait(120)
     try:
         wait_until(lambda: len(hanging.inflight()) >= cap, 30, 0.05, f"{cap} attempts hanging")
@@ -819,8 +852,8 @@ def noisy_neighbour(ctx: Context) -> Result:
         delay = start + i / 10 - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        key = f"healthy-{ctx.run_id}-{i:05d}"
-        reply = tenant.api.post(EVENTS, event_body("healthy", key, i), key)
+        key = f"healthy-{ctx.run_id}{suffix}-{i:05d}"
+        reply = other.api.post(EVENTS, event_body("healthy", key, i), key)
         replies.append(reply)
         if reply.status == 202:
             posted[reply.json()["id"]] = reply.sent + reply.elapsed
@@ -852,6 +885,15 @@ def noisy_neighbour(ctx: Context) -> Result:
     health = ctx.db.endpoint_health(hang_endpoint["id"])
     result.details["hanging_endpoint_health"] = health
     check_receivers(result, [healthy], duplicates_allowed=False)
+    if via_platform:  # each tenant's endpoint got its own tenant's events only
+        for receiver, owner, stranger in ((hanging, tenant, other), (healthy, other, tenant)):
+            own = {i for ids in ctx.db.events_by_key(owner.tenant_id).values() for i in ids}
+            foreign = {hit.webhook_id for hit in receiver.snapshot()} - own
+            theirs = {i for ids in ctx.db.events_by_key(stranger.tenant_id).values() for i in ids}
+            result.details[f"{receiver.name}_foreign_webhooks"] = len(foreign)
+            if foreign:
+                result.problem(f"{len(foreign)} webhooks at tenant {owner.name}'s endpoint are not its events "
+                               f"({len(foreign & theirs)} of them tenant {stranger.name}'s), e.g. {sorted(foreign)[:2]}")
     # the hanging endpoint's backlog is not this scenario's business: cancel it so it does not load the next ones
     tenant.api.request("DELETE", f"/api/v1/endpoints/{hang_endpoint['id']}")
     return result
@@ -1446,12 +1488,14 @@ def year(ctx: Context) -> Result:
 
 RUNNERS = {
     "storm": storm,
+    "storm-platform": lambda ctx: storm(ctx, via_platform=True),
     "worker-kill": worker_kill,
     "broker-restart": broker_restart,
     "broker-flush": broker_flush,
     "db-restart": db_restart,
     "flapping": flapping,
     "noisy-neighbour": noisy_neighbour,
+    "noisy-neighbour-platform": lambda ctx: noisy_neighbour(ctx, via_platform=True),
     "breaker": breaker,
     "slow-clients": slow_clients,
     "front-door": front_door,

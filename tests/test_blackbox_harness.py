@@ -9,7 +9,7 @@ from standardwebhooks import Webhook
 
 from blackbox import checks, fuzz
 from blackbox.__main__ import exit_code, render_table, select
-from blackbox.client import Reply, retryable
+from blackbox.client import Api, Reply, retryable
 from blackbox.receivers import AlwaysOk, Flapping, Hit, Plan, Receiver
 from blackbox.scenarios import Result
 
@@ -65,6 +65,16 @@ def test_scenario_selection_keeps_run_order_and_expands_aliases():
     assert select("soak,broker") == ["broker-restart", "broker-flush", "soak"]
     with pytest.raises(SystemExit):
         select("nonsense")
+    assert select("platform") == ["storm-platform", "noisy-neighbour-platform"]
+
+
+def test_a_platform_api_sends_tenant_paths_under_its_tenant_and_the_rest_as_they_are():
+    api = Api("http://127.0.0.1:1", "token", tenant="acme:42")
+    assert api.path("/api/v1/events") == "/api/v1/tenants/acme:42/events"
+    assert api.path("/api/v1/endpoints/ep_1/secret") == "/api/v1/tenants/acme:42/endpoints/ep_1/secret"
+    assert api.path("/api/v1/tenants") == "/api/v1/tenants"
+    assert api.path("/healthz") == "/healthz"
+    assert Api("http://127.0.0.1:1", "token").path("/api/v1/events") == "/api/v1/events"
 
 
 # ---------------------------------------------------------------- attempt truthfulness

@@ -28,7 +28,8 @@ from django.utils import timezone
 from webhooks import ids
 from webhooks.conf import herald_settings
 from webhooks.delivery import leases, outbox
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, PortalLink, Tenant
+from webhooks.models import (Delivery, DeliveryAttempt, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
+                             Recovery, Tenant)
 
 logger = logging.getLogger("herald.retention")
 
@@ -156,38 +157,44 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
 # whatever the deliveries' states: its endpoints were taken down when it was deleted (so the claim
 # closes whatever is still queued), and its credentials revoked. One statement per batch: it locks up
 # to `batch` of the tenant's events (skipping one a manual retry holds: the next batch or run takes
-# it) and deletes them with their deliveries, attempts, outbox rows and leases.
+# it) and deletes them with their deliveries, attempts, outbox rows and leases. The deliveries' delete
+# returns their ids to the others (every part sees the same snapshot): one visit to each delivery, not
+# a read and then a delete by key.
 _TENANT_EVENTS_SQL = f"""
 WITH picked AS (
     SELECT e.id FROM {_EVENT} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
-), doomed AS (
-    SELECT d.id FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked)
-), attempts AS (
-    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id IN (SELECT id FROM doomed) RETURNING 1
-), outbox AS (
-    {outbox.delete_of("SELECT id FROM doomed")}
-), leases AS (
-    {leases.delete_of("delivery_id", "SELECT id FROM doomed")}
 ), deliveries AS (
-    DELETE FROM {_DELIVERY} d WHERE d.id IN (SELECT id FROM doomed) RETURNING 1
+    DELETE FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked) RETURNING d.id
+), attempts AS (
+    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+), outbox AS (
+    {outbox.delete_of("SELECT id FROM deliveries")}
+), leases AS (
+    {leases.delete_of("delivery_id", "SELECT id FROM deliveries")}
 ), events AS (
     DELETE FROM {_EVENT} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
 SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries),
        (SELECT count(*) FROM attempts) + (SELECT count(*) FROM outbox) + (SELECT count(*) FROM leases)
 """
-# Then its endpoints (none has a delivery left), with their secrets and any lease, a batch at a time.
+# Then its endpoints (none has a delivery left), with their secrets, access (headers, auth, certificate),
+# recoveries and any lease, a batch at a time: every row that refers to an endpoint goes with it.
 _TENANT_ENDPOINTS_SQL = f"""
 WITH picked AS (
     SELECT e.id FROM {Endpoint._meta.db_table} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 ), secrets AS (
     DELETE FROM {EndpointSecret._meta.db_table} s WHERE s.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+), access AS (
+    DELETE FROM {EndpointAccess._meta.db_table} x WHERE x.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+), recoveries AS (
+    DELETE FROM {Recovery._meta.db_table} r WHERE r.endpoint_id IN (SELECT id FROM picked) RETURNING 1
 ), leases AS (
     {leases.delete_of("endpoint_id", "SELECT id FROM picked")}
 ), endpoints AS (
     DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
-SELECT (SELECT count(*) FROM endpoints), (SELECT count(*) FROM secrets) + (SELECT count(*) FROM leases)
+SELECT (SELECT count(*) FROM endpoints), (SELECT count(*) FROM secrets) + (SELECT count(*) FROM access)
+       + (SELECT count(*) FROM recoveries) + (SELECT count(*) FROM leases)
 """
 _TENANT_PORTAL_LINKS_SQL = f"DELETE FROM {PortalLink._meta.db_table} WHERE tenant_id = %(tenant)s"
 # The tenant's row itself, last, once nothing of the delivery side and no credential (intake's) refers
@@ -204,7 +211,8 @@ DELETE FROM {Tenant._meta.db_table} t WHERE t.id = %(tenant)s AND t.deleted_at I
 class Erased:
     events: int = 0
     deliveries: int = 0
-    other: int = 0  # attempts, outbox rows, leases, endpoints, secrets, portal links, keys, credentials
+    # attempts, outbox rows, leases, endpoints, secrets, access, recoveries, portal links, keys, credentials
+    other: int = 0
 
     @property
     def rows(self) -> int:
@@ -212,8 +220,8 @@ class Erased:
 
 
 def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
-    """Erase a deleted tenant's events, deliveries, attempts, endpoints, secrets and portal links, batch by
-    batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
+    """Erase a deleted tenant's events, deliveries, attempts, endpoints (with all that refers to them) and portal
+    links, batch by batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
     batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
 
     def events_batch() -> bool:
