@@ -992,7 +992,8 @@ class Bench:
         deliveries and 1,000,000 attempts, one in fifty events with its deliveries pending (and their outbox
         rows), and an idempotency key per event; deletes it (tenant_delete) and runs beat's erasure
         (tenants_erase, EVENT_RETENTION_PAUSE_RATIO as configured) to the end. wrk drives intake for another
-        tenant for one run without the erasure, then one during it: the p99 ratio is of the rounds' medians,
+        tenant for one run without the erasure (before it in even rounds, after it in odd ones) and one during it:
+        the p99 ratio is of the rounds' medians,
         the rows/s each round's whole erasure (every row it deleted, over its wall time)."""
         from datetime import timedelta
 
@@ -1036,8 +1037,14 @@ class Bench:
             # as beat finds it once the grace (a lease's length) is over
             Tenant.objects.filter(pk=tenant.pk).update(deleted_at=timezone.now() - erasure_grace()
                                                        - timedelta(seconds=1))
-            rounds["without"].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
-                                         path="/api/v1/events", connections=16, seconds=self.seconds))
+            def without():
+                rounds["without"].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
+                                             path="/api/v1/events", connections=16, seconds=self.seconds))
+
+            # alternating: the run without the erasure comes before it in even rounds, after it in odd ones, so
+            # that what drifts (the database growing, the machine) falls on both sides alike
+            if n % 2 == 0:
+                without()
             result: dict = {}
 
             def erase():
@@ -1056,6 +1063,8 @@ class Bench:
             eraser.join()
             if "erased" not in result:
                 raise RuntimeError("the erasure failed (see its traceback above)")
+            if n % 2 == 1:
+                without()
             erased, seconds = result["erased"], result["seconds"]
             gone = not Tenant.objects.filter(pk=tenant.pk).exists()
             erasures.append({"rows": erased.rows, "events": erased.events, "deliveries": erased.deliveries,
