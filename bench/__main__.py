@@ -1191,12 +1191,19 @@ class Bench:
                 self.reset_receiver()
                 cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
                 busy_before = machine_busy()
+                by_command_before, own_before = cpu_by_command(), sum(os.times()[:2])
                 started = time.time()
                 sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"s{rate}-{uuid.uuid4().hex[:8]}")
                 offered_until = time.time()
                 cpu = {name: round((proc.cpu_seconds() - cpu_before[name]) / (offered_until - started), 2)
                        for name, proc in procs.items()}
                 busy = machine_busy(busy_before)
+                # the rest of the machine (PostgreSQL, Redis, this load generator, whatever else runs), in cores
+                span = offered_until - started
+                others = {command: round(seconds / span, 2)
+                          for command, seconds in cpu_by_command(by_command_before).items()}
+                others["load generator"] = round((sum(os.times()[:2]) - own_before) / span, 2)
+                others = dict(sorted(((k, v) for k, v in others.items() if v >= 0.01), key=lambda kv: -kv[1])[:8])
                 accepted = [s for s in sent if s.status == 202]
                 # grace: until every accepted event has arrived, or nothing arrived for 20 s (at most 10 minutes)
                 last_count, last_progress = -1, time.monotonic()
@@ -1239,7 +1246,7 @@ class Bench:
                     "send_late_p99_ms": percentile(late, 99),
                     "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
                     "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
-                    "cpu_cores": cpu, "machine_busy": busy,
+                    "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy,
                 }
                 rows.append(row)
                 print(f"sustained {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
@@ -1248,7 +1255,7 @@ class Bench:
                       f"{row['intake_p50_ms']:.0f} p99 {row['intake_p99_ms']:.0f}; 202->attempt p50 "
                       f"{row['to_attempt_p50_ms']:.0f} p99 {row['to_attempt_p99_ms']:.0f}; attempt p99 "
                       f"{row['attempt_p99_ms']:.0f} ms; accepted {row['accepted_per_second']:.0f}/s delivered "
-                      f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}", flush=True)
+                      f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}", flush=True)
                 self.cancel_backlog()
         finally:
             for name in ("beat", "worker", "web"):
@@ -1320,6 +1327,29 @@ def machine_busy(before: tuple[int, int] | None = None):
     if before is None:
         return now
     return round((now[0] - before[0]) / max(1, now[1] - before[1]), 3)
+
+
+def cpu_by_command(before: dict | None = None) -> dict:
+    """CPU seconds (user + system) of every live process of the machine, by pid: {pid: (command, seconds)};
+    with `before` (an earlier answer), the seconds used since, summed per command name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    now: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        now[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+    if before is None:
+        return now
+    totals: dict[str, float] = {}
+    for pid, (command, seconds) in now.items():
+        command = command.split("/")[0]  # kworker/u8:2-… and the like, as one
+        totals[command] = totals.get(command, 0.0) + seconds - before.get(pid, (command, 0.0))[1]
+    return totals
 
 
 def machine() -> dict:
