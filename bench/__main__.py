@@ -46,11 +46,12 @@ PARTS = ("intake", "catalog", "delivery", "access", "slow_receivers", "scaling",
 
 class Bench:
     def __init__(self, quick: bool, rounds: int = 5, sustained_seconds: float | None = None,
-                 sustained_rates: tuple[int, ...] = (100, 200, 400, 800)):
+                 sustained_rates: tuple[int, ...] = (100, 200, 400, 800), sustained_profile: str | None = None):
         self.quick = quick
         self.rounds = rounds
         self.sustained_seconds = sustained_seconds or (10 if quick else 30)
         self.sustained_rates = sustained_rates
+        self.sustained_profile = sustained_profile
         self.seconds = 4 if quick else 8
         self.results: dict = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                                time.gmtime())}
@@ -1192,9 +1193,12 @@ class Bench:
                 cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
                 busy_before = machine_busy()
                 by_command_before, own_before = cpu_by_command(), sum(os.times()[:2])
+                profilers = self.profile(rate, web=web, worker=procs["worker"]) if self.sustained_profile else []
                 started = time.time()
                 sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"s{rate}-{uuid.uuid4().hex[:8]}")
                 offered_until = time.time()
+                for profiler in profilers:
+                    profiler.wait(60)
                 cpu = {name: round((proc.cpu_seconds() - cpu_before[name]) / (offered_until - started), 2)
                        for name, proc in procs.items()}
                 busy = machine_busy(busy_before)
@@ -1265,6 +1269,17 @@ class Bench:
                                      "threads": 64, "endpoint_cap": 10}
         print(f"sustained: highest rate with every event delivered and p99 <= 1 s: "
               f"{self.results['sustained']['highest_rate']}/s", flush=True)
+
+    def profile(self, rate: int, **procs) -> list[subprocess.Popen]:
+        """py-spy record (on-CPU samples, collapsed stacks) of each process group in `procs` for the offering
+        of `rate`, into `--sustained-profile`'s directory as <name>-<rate>.txt."""
+        directory = Path(self.sustained_profile)
+        directory.mkdir(parents=True, exist_ok=True)
+        return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses",
+                                  "--rate", "50", "--duration", str(round(self.sustained_seconds)), "--format", "raw",
+                                  "--nonblocking", "--output", str(directory / f"{name}-{rate}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name, proc in procs.items()]
 
     def run(self, only: set[str] | None):
         try:
@@ -1376,9 +1391,12 @@ def main():
                         help="how long `sustained` offers each rate (default 30; 10 with --quick)")
     parser.add_argument("--sustained-rates", default="100,200,400,800",
                         help="the events/s `sustained` offers, in order (default 100,200,400,800)")
+    parser.add_argument("--sustained-profile", metavar="DIR",
+                        help="record a py-spy profile of gunicorn and the worker during each rate of `sustained` into DIR "
+                             "(it costs CPU: not for the measured runs)")
     args = parser.parse_args()
     Bench(args.quick, args.rounds, args.sustained_seconds,
-          tuple(int(r) for r in args.sustained_rates.split(","))).run(set(args.only.split(",")) if args.only else None)
+          tuple(int(r) for r in args.sustained_rates.split(",")), args.sustained_profile).run(set(args.only.split(",")) if args.only else None)
 
 
 if __name__ == "__main__":
