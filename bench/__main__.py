@@ -1235,6 +1235,12 @@ class Bench:
                            if s.event_id in attempt_at]
                 arrivals = sorted(received[s.event_id] for s in delivered)
                 first_due = sent[0].due
+                # the latency through the run: per second of due time, events, p50 and max post-to-arrival (ms)
+                seconds: dict[int, list[float]] = {}
+                for s, ms in zip(delivered, latency):
+                    seconds.setdefault(int(s.due - first_due), []).append(ms)
+                timeline = [[second, len(values), round(percentile(values, 50)), round(max(values))]
+                            for second, values in sorted(seconds.items())]
                 row = {
                     "rate": rate, "seconds": self.sustained_seconds, "offered": len(sent), "accepted": len(accepted),
                     "refused": {str(status): sum(1 for s in sent if s.status == status)
@@ -1250,7 +1256,7 @@ class Bench:
                     "send_late_p99_ms": percentile(late, 99),
                     "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
                     "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
-                    "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy,
+                    "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy, "timeline": timeline,
                 }
                 rows.append(row)
                 print(f"sustained {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
