@@ -20,7 +20,8 @@ _RUN_DIR = Path(__file__).resolve().parent / "artifacts" / "run"
 
 
 def pytest_sessionstart(session):
-    shutil.rmtree(_RUN_DIR, ignore_errors=True)
+    if not hasattr(session.config, "workerinput"):  # once, in the controller of an xdist run
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
 def _on_rabbitmq() -> bool:

@@ -5,6 +5,14 @@ Values go through the environment, so worker and server subprocesses started by 
 import os
 import secrets
 
+# Under pytest-xdist (scripts/test runs the suite in two processes) each worker gets its own queue and Redis
+# database, so that one test's FLUSHDB or purge never reaches another's; the processes a test starts inherit
+# them. The controller and a plain run keep database 15.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist_worker and os.environ.get("HERALD_TEST_WORKER") != _xdist_worker:
+    os.environ["HERALD_TEST_WORKER"] = _xdist_worker
+    os.environ["HERALD_QUEUE"] = f"herald-test-{os.getpid()}"
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{14 - int(_xdist_worker.removeprefix('gw')) % 14}"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("HERALD_QUEUE", f"herald-test-{os.getpid()}")
 os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")  # receivers in tests live on 127.0.0.1
