@@ -256,7 +256,7 @@ class Bench:
                 event = event_ingest(tenant=tenant, event_type=event_type, data={"invoice": f"in_{n}"},
                                      channels=[])
             ids += [d.id for d in event.delivery_list]
-        from webhooks.publishing import publisher
+        from webhooks.delivery.publishing import publisher
 
         assert publisher.flush(30), "the publisher did not publish the deliveries"
         return ids
@@ -742,8 +742,8 @@ class Bench:
         from django.db import connection
 
         from webhooks import progress
-        from webhooks.publishing import publish
-        from webhooks.services.delivery import deliveries_dispatch_due
+        from webhooks.delivery.publishing import publish
+        from webhooks.delivery.dispatcher import deliveries_dispatch_due
 
         waiting, due, backlog = (100_000, 10_000, 20_000) if self.quick else (1_000_000, 10_000, 100_000)
         self.cancel_backlog()

@@ -3,6 +3,8 @@ import os
 
 from celery import Celery, bootsteps, signals
 
+from webhooks.conf import herald_settings
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("herald")
@@ -27,7 +29,8 @@ class Liveness(bootsteps.StartStopStep):
 
         self.heart = Heart(parent.hostname)
         self.heart.beat()
-        self.tref = parent.timer.call_repeatedly(settings.WEBHOOK_WORKER_HEARTBEAT_SECONDS, self.heart.beat)
+        self.tref = parent.timer.call_repeatedly(herald_settings.worker.WEBHOOK_WORKER_HEARTBEAT_SECONDS,
+                                                 self.heart.beat)
 
     def stop(self, parent, wait: float = 0):
         if self.tref is not None:
@@ -105,11 +108,13 @@ def _share_database_connections(sender=None, **kwargs) -> None:
     # PostgreSQL restart fails once, is dropped by the pool, and the claim or record is tried again.
     database["CONN_HEALTH_CHECKS"] = False
     database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
-        "min_size": 1, "max_size": settings.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30, "name": "herald-worker"}}
-    from webhooks import engine, relay
+        "min_size": 1, "max_size": herald_settings.worker.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30,
+        "name": "herald-worker"}}
+    from webhooks import engine
+    from webhooks.delivery import relay
 
-    _allow_descriptors(settings.WEBHOOK_WORKER_CONCURRENCY)
-    engine.start(concurrency=settings.WEBHOOK_WORKER_CONCURRENCY)
+    _allow_descriptors(herald_settings.worker.WEBHOOK_WORKER_CONCURRENCY)
+    engine.start(concurrency=herald_settings.worker.WEBHOOK_WORKER_CONCURRENCY)
     relay.start()
 
 
@@ -132,7 +137,7 @@ def _finish_attempts_in_flight(**kwargs) -> None:
     from webhooks import engine
 
     running = engine.running()
-    if running is not None and not running.drain(settings.WEBHOOK_TIMEOUT_SECONDS + 5):
+    if running is not None and not running.drain(herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS + 5):
         import logging
 
         logging.getLogger("herald.engine").warning("engine.drain_timed_out")

@@ -78,11 +78,11 @@ class BufferedThreadWorker(ThreadWorker):
     """`gthread`, but a thread is given a request only once it is entirely read (see the module doc)."""
 
     def init_process(self):
-        from django.conf import settings
+        from webhooks.conf import herald_settings
 
-        self.client_timeout = settings.WEB_CLIENT_TIMEOUT_SECONDS
-        self.max_head = settings.WEB_MAX_HEADER_BYTES
-        self.max_body = settings.INTAKE_MAX_BODY_BYTES
+        self.client_timeout = herald_settings.web.WEB_CLIENT_TIMEOUT_SECONDS
+        self.max_head = herald_settings.web.WEB_MAX_HEADER_BYTES
+        self.max_body = herald_settings.api.INTAKE_MAX_BODY_BYTES
         self.pending: dict = {}   # conn -> Pending, in deadline order (one timeout for all)
         self.buffering = not self.cfg.is_ssl and "h2" not in self.cfg.http_protocols
         super().init_process()
@@ -353,7 +353,7 @@ class BufferedThreadWorker(ThreadWorker):
         import psycopg
         from django.db import connection
 
-        from webhooks.services.events import POLL_CHANNEL
+        from webhooks.delivery.publishing import POLL_CHANNEL
 
         try:
             params = {key: value for key, value in connection.get_connection_params().items()

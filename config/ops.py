@@ -1,9 +1,7 @@
 """Operational endpoints: /healthz (database and broker reachable) and /metrics (Prometheus)."""
 import hmac
 import logging
-import os
 
-from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
@@ -11,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from config.celery import app as celery_app
 from intake.problems import problem_response
+from webhooks.conf import herald_settings
 from webhooks.metrics import DeliveryStateCollector
 from webhooks.models import DISPATCHER
 
@@ -49,7 +48,7 @@ def healthz(request):
     checks = {"database": _database(), "broker": _broker()}
     healthy = all(value == "ok" for value in checks.values())
     age = dispatcher_age() if checks["database"] == "ok" else None
-    stale = age is None or age > 3 * settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS
+    stale = age is None or age > 3 * herald_settings.queues.WEBHOOK_DISPATCH_INTERVAL_SECONDS
     status = "unavailable" if not healthy else "degraded" if stale else "ok"
     body = {"status": status, **checks,
             "dispatcher": {"last_run_age_seconds": None if age is None else round(age, 1),
@@ -75,11 +74,11 @@ def _presents(request, token: str) -> bool:
 def metrics(request):
     """Prometheus text format; sums every gunicorn and Celery process when PROMETHEUS_MULTIPROC_DIR is set.
     With METRICS_TOKEN set, only a scrape presenting it as a bearer token gets an answer."""
-    if settings.METRICS_TOKEN and not _presents(request, settings.METRICS_TOKEN):
+    if herald_settings.metrics.METRICS_TOKEN and not _presents(request, herald_settings.metrics.METRICS_TOKEN):
         return problem_response(status_code=401, code="not_authenticated",
                                 detail="Send the metrics token as `Authorization: Bearer <METRICS_TOKEN>`.",
                                 headers={"WWW-Authenticate": 'Bearer realm="herald-metrics"'})
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if herald_settings.metrics.PROMETHEUS_MULTIPROC_DIR:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
     else:

@@ -270,6 +270,9 @@ INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
 CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# A directory every process of the host writes its metric samples to, summed by /metrics (prometheus_client
+# reads the variable itself too); unset: each process serves its own.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
 # Django's own cap must not undercut ours; the intake answers 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BODY_BYTES + 1024
 # gunicorn's worker (config/gunicorn_worker.py) reads each request whole before a thread takes it:
@@ -363,7 +366,7 @@ WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
 WEBHOOK_DISPATCH_SECONDS = env_float("WEBHOOK_DISPATCH_SECONDS", 2)
 # A worker's relay publishes due deliveries when the doorbell rings, and at least this often.
 WEBHOOK_RELAY_POLL_SECONDS = env_float("WEBHOOK_RELAY_POLL_SECONDS", 1)
-# At most this many delivery ids travel in one message (webhooks/publishing.py).
+# At most this many delivery ids travel in one message (webhooks/delivery/publishing.py).
 WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 # Each worker writes a heartbeat to PostgreSQL this often (webhooks/liveness.py); /metrics counts as
 # live the workers heard from within three intervals (herald_workers_live).

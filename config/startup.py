@@ -11,6 +11,8 @@ import sys
 
 from django.conf import settings
 
+from webhooks.conf import herald_settings
+
 # Keys anyone can read in this repository or its history.
 PUBLISHED_SECRET_KEYS = frozenset({
     "herald-compose-insecure-secret-key-set-SECRET_KEY-in-production",
@@ -51,8 +53,8 @@ def limit_web_statements() -> None:
     and any transaction left idle after WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS, and notice a web
     process that died within CLIENT_CONNECTION_CHECK_MS (server-side settings sent as the connection
     opens: no round trip per request)."""
-    limits = {"statement_timeout": settings.WEB_STATEMENT_TIMEOUT_SECONDS,
-              "idle_in_transaction_session_timeout": settings.WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}
+    limits = {"statement_timeout": herald_settings.web.WEB_STATEMENT_TIMEOUT_SECONDS,
+              "idle_in_transaction_session_timeout": herald_settings.web.WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS}
     flags = [f"-c {name}={int(seconds * 1000)}" for name, seconds in limits.items() if seconds > 0]
     flags.append(f"-c client_connection_check_interval={CLIENT_CONNECTION_CHECK_MS}")
     options = settings.DATABASES["default"].setdefault("OPTIONS", {})

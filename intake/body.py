@@ -4,9 +4,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
+
+from webhooks.conf import herald_settings
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def _has_unstorable(value: Any) -> bool:
 
 def read_json_body(request: HttpRequest) -> JsonBody:
     """Return the body parsed as JSON, or raise BodyProblem; an empty body is allowed (action POSTs)."""
-    limit = settings.INTAKE_MAX_BODY_BYTES
+    limit = herald_settings.api.INTAKE_MAX_BODY_BYTES
     too_large = BodyProblem(413, "payload_too_large", f"The request body exceeds {limit} bytes.")
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)

@@ -3,11 +3,11 @@ import hashlib
 import secrets
 import time
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from intake.models import ApiCredential
+from webhooks.conf import herald_settings
 from webhooks.models import Tenant
 from webhooks.services.portal import portal_links_end
 
@@ -77,10 +77,10 @@ def credential_from_authorization(header: str | None) -> ApiCredential | None:
                   .filter(token_hash=digest, revoked_at__isnull=True).first())
     if credential is None:
         _recent.pop(digest, None)
-    elif settings.CREDENTIAL_CACHE_SECONDS > 0:
+    elif herald_settings.api.CREDENTIAL_CACHE_SECONDS > 0:
         if len(_recent) >= 10_000:
             _recent.clear()
-        _recent[digest] = (now + settings.CREDENTIAL_CACHE_SECONDS, credential)
+        _recent[digest] = (now + herald_settings.api.CREDENTIAL_CACHE_SECONDS, credential)
     return credential
 
 

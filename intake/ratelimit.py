@@ -18,7 +18,6 @@ import threading
 import time
 
 import redis
-from django.conf import settings
 from django.core.exceptions import MiddlewareNotUsed
 from django.http import HttpRequest, HttpResponse
 from redis.backoff import NoBackoff
@@ -27,6 +26,7 @@ from redis.retry import Retry
 from intake.credentials import credential_from_authorization
 from intake.metrics import api_throttled
 from intake.problems import problem_response
+from webhooks.conf import herald_settings
 
 logger = logging.getLogger("herald.ratelimit")
 
@@ -91,11 +91,12 @@ class RateLimitMiddleware:
     """429 `throttled` for a credential over its rate, before authentication errors or idempotency."""
 
     def __init__(self, get_response):
-        if settings.INTAKE_RATE_LIMIT_PER_SECOND <= 0:
+        if herald_settings.api.INTAKE_RATE_LIMIT_PER_SECOND <= 0:
             raise MiddlewareNotUsed
         self.get_response = get_response
-        self.per_second = settings.INTAKE_RATE_LIMIT_PER_SECOND
-        self.limiter = RateLimiter(settings.REDIS_URL, self.per_second, settings.INTAKE_RATE_LIMIT_BURST)
+        self.per_second = herald_settings.api.INTAKE_RATE_LIMIT_PER_SECOND
+        self.limiter = RateLimiter(herald_settings.queues.REDIS_URL, self.per_second,
+                                   herald_settings.api.INTAKE_RATE_LIMIT_BURST)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith("/api/"):

@@ -1,10 +1,10 @@
 """OpenAPI for the REST API: every POST/PATCH documents Idempotency-Key and every problem it can get."""
-from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 
 from intake.idempotency.keys import MAX_LENGTH, MIN_LENGTH
 from intake.idempotency.middleware import RETRY_AFTER_SECONDS
+from webhooks.conf import herald_settings
 
 PROBLEM_SCHEMA = {
     "type": "object",
@@ -101,8 +101,8 @@ class HeraldAutoSchema(AutoSchema):
             if status in problems and status == "409":
                 description = problems[status] + "; or " + description
             problems[status] = description
-        if writes and settings.IDEMPOTENCY_MISMATCH_STATUS != 409:
-            problems[str(settings.IDEMPOTENCY_MISMATCH_STATUS)] = "`idempotency_key_reused`"
+        if writes and herald_settings.api.IDEMPOTENCY_MISMATCH_STATUS != 409:
+            problems[str(herald_settings.api.IDEMPOTENCY_MISMATCH_STATUS)] = "`idempotency_key_reused`"
         for status, description in problems.items():
             responses.setdefault(status, _problem(description))
         if writes:

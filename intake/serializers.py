@@ -1,13 +1,13 @@
 """Input and output serializers of the REST API; they parse and render, they hold no logic."""
 import re
 
-from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils import json as drf_json
 
 from webhooks import event_types
+from webhooks.conf import herald_settings
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, Event, EventType, Recovery
 from webhooks.selectors import endpoint_access
 from webhooks.services import polling
@@ -402,7 +402,8 @@ class MessagesQueryInput(serializers.Serializer):
         "acknowledged."), error_messages={"invalid": "Not a cursor: pass a next_cursor this endpoint returned."})
     limit = serializers.IntegerField(min_value=1, max_value=polling.MAX_LIMIT, required=False,
                                      default=polling.MAX_LIMIT)
-    wait = serializers.FloatField(min_value=0, max_value=settings.POLL_MAX_WAIT_SECONDS, required=False, default=0,
+    wait = serializers.FloatField(min_value=0, max_value=herald_settings.polling.POLL_MAX_WAIT_SECONDS, required=False,
+                                  default=0,
                                   help_text="With nothing to serve, wait up to this many seconds for a message.")
 
     def validate_after(self, value: str) -> int:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from intake.credentials import credential_issue, credentials_revoke
 from intake.models import ApiCredential, IdempotencyKey
+from webhooks.conf import herald_settings
 from webhooks.models import Endpoint, Tenant
 from webhooks.services.portal import portal_links_end
 from webhooks.services.retention import Erased, Pacer, tenant_erase_owned, tenant_erase_row
@@ -111,7 +111,8 @@ DELETE FROM {IdempotencyKey._meta.db_table} WHERE id IN (
 def erasure_grace() -> timedelta:
     """How long after its deletion a tenant's erasure may start: no attempt of it is in flight any more
     (a lease's length), and no process still accepts one of its credentials from its cache."""
-    return timedelta(seconds=max(settings.WEBHOOK_LEASE_SECONDS, settings.CREDENTIAL_CACHE_SECONDS))
+    return timedelta(seconds=max(herald_settings.delivery.WEBHOOK_LEASE_SECONDS,
+                                 herald_settings.api.CREDENTIAL_CACHE_SECONDS))
 
 
 def tenants_erase(*, max_seconds: float | None = None, pause_ratio: float | None = None,
@@ -119,7 +120,7 @@ def tenants_erase(*, max_seconds: float | None = None, pause_ratio: float | None
     """Beat: erase deleted tenants, oldest deletion first, batch by batch for up to `max_seconds`; the
     next run goes on where this one stopped."""
     pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
     erased, tenants = Erased(), 0
     due = (Tenant.objects.filter(deleted_at__lte=timezone.now() - erasure_grace())
            .order_by("deleted_at").values_list("pk", flat=True))

@@ -7,7 +7,6 @@ import threading
 import time
 from time import monotonic
 
-from django.conf import settings
 from django.urls import reverse
 from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema
@@ -25,8 +24,9 @@ from intake.problems import Conflict, NotFound
 from intake.tenants import (UidTaken, tenant_create, tenant_credential_issue, tenant_credential_revoke, tenant_delete,
                             tenant_get, tenant_list, tenant_update)
 from webhooks import selectors
+from webhooks.conf import herald_settings
+from webhooks.delivery import retries
 from webhooks.models import Delivery, Endpoint
-from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import event_catalog
 from webhooks.services import events as event_services
@@ -201,17 +201,17 @@ class EndpointMessagesView(TenantAPIView):
                         headers={"Cache-Control": "no-store"})
 
 
-_thread_waiters = threading.BoundedSemaphore(max(settings.POLL_THREAD_WAITERS, 1))
+_thread_waiters = threading.BoundedSemaphore(max(herald_settings.polling.POLL_THREAD_WAITERS, 1))
 
 
 def _wait_on_thread(*, endpoint, after: int, limit: int, deadline: float) -> polling.MessagePage | None:
     """Where the worker cannot park the request: look again every POLL_THREAD_RECHECK_SECONDS until the
     deadline, on this thread; at most POLL_THREAD_WAITERS such waits at once (the rest: None at once)."""
-    if settings.POLL_THREAD_WAITERS <= 0 or not _thread_waiters.acquire(blocking=False):
+    if herald_settings.polling.POLL_THREAD_WAITERS <= 0 or not _thread_waiters.acquire(blocking=False):
         return None
     try:
         while (left := deadline - monotonic()) > 0:
-            time.sleep(min(left, settings.POLL_THREAD_RECHECK_SECONDS))
+            time.sleep(min(left, herald_settings.polling.POLL_THREAD_RECHECK_SECONDS))
             page = polling.endpoint_messages(endpoint=endpoint, after=after, limit=limit)
             if page.messages:
                 return page
@@ -322,7 +322,7 @@ class DeliveryRetryView(TenantAPIView):
     def post(self, request, delivery_id):
         delivery = self.found(selectors.delivery_get(tenant=self.tenant, delivery_id=delivery_id))
         try:
-            delivery = delivery_services.delivery_retry(delivery=delivery)
+            delivery = retries.delivery_retry(delivery=delivery)
         except Delivery.DoesNotExist:  # deleted by retention (past EVENT_RETENTION_DAYS) meanwhile
             raise NotFound() from None
         return Response(io.DeliveryOutput(delivery).data, status=status.HTTP_202_ACCEPTED)

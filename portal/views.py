@@ -10,7 +10,6 @@ import time
 from datetime import timedelta
 from functools import wraps
 
-from django.conf import settings
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count
@@ -21,8 +20,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from intake import serializers as io
 from webhooks import ids, selectors
+from webhooks.conf import herald_settings
+from webhooks.delivery import retries
 from webhooks.models import Delivery, Endpoint, Tenant
-from webhooks.services import delivery as delivery_services
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
 from webhooks.services import recovery as recovery_services
@@ -59,7 +59,7 @@ def tenant_view(view):
         # The session ends with its time, with its tenant (deleted) and with the credential that made
         # its link (revoked): SPEC §10.
         tenant = None
-        if tenant_id is not None and time.time() - since <= settings.PORTAL_SESSION_SECONDS:
+        if tenant_id is not None and time.time() - since <= herald_settings.portal.PORTAL_SESSION_SECONDS:
             tenant = portal_session_tenant(link_id=request.session.get(SESSION_LINK), tenant_id=tenant_id)
         if tenant is None:
             request.session.flush()
@@ -88,7 +88,7 @@ def open_link(request, token: str):
     request.session.flush()  # a fresh session id: nothing carried over from before the link
     request.session[SESSION_TENANT], request.session[SESSION_SINCE] = tenant_id, time.time()
     request.session[SESSION_LINK] = link_id
-    request.session.set_expiry(settings.PORTAL_SESSION_SECONDS)
+    request.session.set_expiry(herald_settings.portal.PORTAL_SESSION_SECONDS)
     return redirect("portal:endpoints")
 
 
@@ -392,7 +392,7 @@ def delivery_detail(request, delivery_id: str):
 @require_POST
 def delivery_resend(request, delivery_id: str):
     delivery = _own(selectors.delivery_get(tenant=request.tenant, delivery_id=delivery_id))
-    delivery = delivery_services.delivery_retry(delivery=delivery)
+    delivery = retries.delivery_retry(delivery=delivery)
     messages.success(request, "Sent again." if delivery.status == Delivery.PENDING else "It is still being sent.")
     return redirect("portal:delivery", delivery.pk)
 

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.test import Client
 
 from intake.credentials import credential_cache_clear, credential_create
-from webhooks.publishing import publisher
-from webhooks.relay import deliveries_relay
+from webhooks.delivery.publishing import publisher
+from webhooks.delivery.relay import deliveries_relay
 
 
 # tests/processes.py's RUN_DIR: every Herald process's output during the session

@@ -17,8 +17,10 @@ from tests.conftest import create_endpoint, wait_until
 from tests.receiver import Answer
 from webhooks import transport
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, Event
-from webhooks.services.delivery import (delivery_attempt, delivery_claim, delivery_record,
-                                        deliveries_dispatch_due)
+from webhooks.delivery.dispatcher import deliveries_dispatch_due
+from webhooks.delivery.leases import delivery_claim
+from webhooks.engine import delivery_attempt
+from webhooks.recording import delivery_record
 from webhooks.services.endpoints import endpoint_delete, endpoint_update
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,9 @@ from django.utils import timezone
 
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryLease, Endpoint
-from webhooks.services.delivery import delivery_attempt, delivery_claim, endpoints_disable_failing
+from webhooks.delivery.leases import delivery_claim
+from webhooks.engine import delivery_attempt
+from webhooks.services.endpoints import endpoints_disable_failing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,9 +16,9 @@ from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_worker
 from webhooks import progress
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, QueueProgress
-from webhooks.publishing import deliveries_enqueue
-from webhooks.relay import _RELAY_SQL
-from webhooks.services.delivery import deliveries_dispatch_due
+from webhooks.delivery.dispatcher import deliveries_dispatch_due
+from webhooks.delivery.outbox import MARK_DUE_SQL
+from webhooks.delivery.publishing import deliveries_enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 MAIN = settings.CELERY_TASK_DEFAULT_QUEUE
@@ -121,6 +121,6 @@ class _Counter:
         self.relayed = 0
 
     def __call__(self, execute, sql, params, many, context):
-        if sql == _RELAY_SQL:
+        if sql == MARK_DUE_SQL:
             self.relayed += 1
         return execute(sql, params, many, context)

@@ -22,7 +22,8 @@ from tests.conftest import create_endpoint
 from tests.receiver import Answer
 from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
-from webhooks.services.delivery import delivery_attempt, deliveries_claim
+from webhooks.delivery.leases import deliveries_claim
+from webhooks.engine import delivery_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,8 @@ from django.db import transaction
 
 from tests.conftest import wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Event
-from webhooks.publishing import publisher
-from webhooks.relay import Relay
+from webhooks.delivery.publishing import publisher
+from webhooks.delivery.relay import Relay
 from webhooks.services.events import event_ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,7 +174,7 @@ def test_an_event_renders_exactly_as_drfs_fields_would_render_it(api):
 
 
 def test_with_the_doorbell_down_a_relay_still_publishes_by_polling(api, broker, settings, monkeypatch, caplog):
-    from webhooks import publishing
+    from webhooks.delivery import publishing
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: every ring fails
     settings.WEBHOOK_RELAY_POLL_SECONDS = 0.5

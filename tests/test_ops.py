@@ -14,7 +14,8 @@ from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn, run_dir
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Event, Heartbeat, Tenant
-from webhooks.services.delivery import delivery_attempt, delivery_retry
+from webhooks.delivery.retries import delivery_retry
+from webhooks.engine import delivery_attempt
 from webhooks.services.endpoints import endpoint_delete, endpoint_disable
 from webhooks.services.events import event_ingest
 from webhooks.services.retention import events_prune

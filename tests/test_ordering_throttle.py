@@ -7,7 +7,7 @@ from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt
-from webhooks.services.delivery import deliveries_dispatch_due
+from webhooks.delivery.dispatcher import deliveries_dispatch_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

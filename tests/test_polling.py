@@ -10,7 +10,8 @@ from standardwebhooks import Webhook
 
 from tests.conftest import create_endpoint, wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event
-from webhooks.services.delivery import deliveries_claim, deliveries_dispatch_due
+from webhooks.delivery.dispatcher import deliveries_dispatch_due
+from webhooks.delivery.leases import deliveries_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from tests.access_servers import Proxy, TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
 from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt
-from webhooks.services.delivery import delivery_attempt
+from webhooks.engine import delivery_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from tests.conftest import create_endpoint
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Event
-from webhooks.services.delivery import delivery_retry
+from webhooks.delivery.retries import delivery_retry
 from webhooks.services.retention import events_prune
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ from django.db.migrations.executor import MigrationExecutor
 from tests.conftest import create_endpoint
 from webhooks import crypto
 from webhooks.models import EndpointSecret
-from webhooks.services.delivery import deliveries_claim
+from webhooks.delivery.leases import deliveries_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

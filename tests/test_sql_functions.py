@@ -34,3 +34,23 @@ def test_each_function_is_in_one_file_and_no_migration_holds_a_body():
     migrations = sql.FOLDER.parent / "migrations"
     for migration in migrations.glob("0*.py"):
         assert "CREATE OR REPLACE FUNCTION" not in migration.read_text(), migration.name
+
+
+@pytest.mark.django_db
+def test_the_breakers_healthy_is_the_same_rule_as_the_sql_function():
+    """`healthy` is said twice, on purpose: in SQL for the claim and the record's fast path
+    (herald_endpoint_healthy), in the pure breaker for the slow path. They agree on every combination."""
+    from datetime import datetime, timezone
+    from itertools import product
+
+    from webhooks.breaker import BreakerState
+
+    then = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    cases = list(product((None, then), (0, 1, 5), (None, then)))
+    with connection.cursor() as cursor:
+        for tripped_at, failures, failing_since in cases:
+            cursor.execute("SELECT herald_endpoint_healthy(%s, %s, %s)", [tripped_at, failures, failing_since])
+            in_sql = cursor.fetchone()[0]
+            in_python = BreakerState(failures, tripped_at, 0, failing_since).healthy
+            assert in_sql is in_python, (tripped_at, failures, failing_since)
+    assert sum(BreakerState(f, t, 0, s).healthy for t, f, s in cases) == 1  # only the one with nothing set

@@ -227,7 +227,7 @@ class Access:
 
 
 ACCESS_TABLE = EndpointAccess._meta.db_table
-# What the claim (services/delivery.py) reads of an endpoint's access, beside each claimed delivery: a flag
+# What the claim (delivery/leases.py) reads of an endpoint's access, beside each claimed delivery: a flag
 # (the endpoint has access), then what `access_from_rows` takes after the endpoint id.
 ACCESS_COLUMNS = ("a.endpoint_id IS NOT NULL, a.updated_at, a.encrypted_headers, a.auth_type, a.auth_shown, "
                   "a.encrypted_auth_secret, a.certificate, a.encrypted_private_key")

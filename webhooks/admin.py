@@ -14,10 +14,10 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
+from webhooks.delivery import retries
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
                               Recovery, Tenant)
 from webhooks.selectors import endpoint_access
-from webhooks.services import delivery as delivery_service
 from webhooks.services import event_catalog
 from webhooks.services.endpoints import endpoint_update
 
@@ -304,7 +304,7 @@ class DeliveryAdmin(_LeanChangeListMixin, _ReadOnlyMixin, admin.ModelAdmin):
     @staticmethod
     def _retried(delivery: Delivery) -> bool:
         try:
-            return delivery_service.delivery_retry(delivery=delivery).status == Delivery.PENDING
+            return retries.delivery_retry(delivery=delivery).status == Delivery.PENDING
         except Delivery.DoesNotExist:  # deleted by retention meanwhile: counted as skipped
             return False
 

@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from webhooks.conf import herald_settings
+
 __all__ = ["InvalidToken", "decrypt", "decrypt_bytes", "encrypt", "encrypt_bytes", "generate_key", "keys", "reencrypt",
            "reencrypt_bytes"]
 
@@ -34,7 +36,7 @@ def derived_key(secret_key: str) -> str:
 
 
 def keys() -> list[str]:
-    return list(settings.HERALD_ENCRYPTION_KEYS) or [derived_key(settings.SECRET_KEY)]
+    return list(herald_settings.secrets.HERALD_ENCRYPTION_KEYS) or [derived_key(settings.SECRET_KEY)]
 
 
 @functools.lru_cache(maxsize=4)

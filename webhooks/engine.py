@@ -4,11 +4,11 @@ Celery's threads hand their delivery ids to the engine and go back for the next 
 waits only while the engine already holds WEBHOOK_WORKER_CONCURRENCY deliveries, so no worker has
 more attempts in flight than that. The engine thread:
 
-- claims what arrived since its last turn in one call (`deliveries_claim`);
+- claims what arrived since its last turn in one call (`leases.deliveries_claim`);
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- records the attempts that finished in one call (`deliveries_record`), which also gives freed
+- records the attempts that finished in one call (`recording.deliveries_record`), which also gives freed
   slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
   through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
   publishes them);
@@ -37,12 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pycurl
-from django.conf import settings
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from webhooks import access, tracing, transport
-from webhooks.services import delivery as delivery_service
+from webhooks import access, recording, tracing, transport
+from webhooks.conf import herald_settings
+from webhooks.delivery import leases, parked, sending
+from webhooks.delivery.attempts import Outcome
+from webhooks.delivery.leases import Claim
 
 logger = logging.getLogger("herald.engine")
 
@@ -62,12 +64,12 @@ class Engine:
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
-        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, delivery_service.Claim, datetime,
+        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, Claim, datetime,
                                        access.Prepared, tracing.DeliveryTrace | None]] = {}
         self._origins: dict[str, object] = {}  # tracing on: delivery id -> the Celery task span that brought it
         # attempts that need a token fetched or a proxied host resolved are prepared on these threads
         self._preparing = ThreadPoolExecutor(max_workers=16, thread_name_prefix="herald-prepare")
-        self._prepared: deque[tuple[delivery_service.Claim, access.Prepared, datetime,
+        self._prepared: deque[tuple[Claim, access.Prepared, datetime,
                                     tracing.DeliveryTrace | None]] = deque()
         self._submitted: deque[str] = deque()
         self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
@@ -208,7 +210,7 @@ class Engine:
                 continue  # superseded by an earlier one
             del self._wake_for[endpoint_id]
             try:
-                self._take(delivery_service.endpoint_wake(endpoint_id=endpoint_id))
+                self._take(parked.endpoint_wake(endpoint_id=endpoint_id))
             except Exception:  # noqa: BLE001 - beat's parked check hands them on instead
                 logger.exception("engine.wake_failed", extra={"endpoint_id": endpoint_id})
 
@@ -220,7 +222,7 @@ class Engine:
         try:
             close_old_connections()
             with tracing.batch("herald.claim.batch", len(batch)) as claim_batch:
-                result = delivery_service.deliveries_claim(delivery_ids=batch)
+                result = leases.deliveries_claim(delivery_ids=batch)
                 if claim_batch is not None:
                     traces = tracing.delivery_traces(result.claims, claim_batch, origins)
         except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
@@ -236,8 +238,8 @@ class Engine:
                 if at < self._wake_for.get(endpoint_id, float("inf")):
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
-        unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]] = []
-        deadline = time.monotonic() + settings.WEBHOOK_TIMEOUT_SECONDS
+        unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
+        deadline = time.monotonic() + herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS
         for claim in claims.values():
             trace = traces.get(claim.delivery_id)
             if access.needs_thread(claim.access):
@@ -245,14 +247,14 @@ class Engine:
                 # attempt's deadline; the engine sends it when it is ready (`_launch_prepared`).
                 self._preparing.submit(self._prepare_off_thread, claim, deadline, timezone.now(), trace)
                 continue
-            self._launch(claim, delivery_service.attempt_prepare(claim), timezone.now(), trace, unsendable)
+            self._launch(claim, sending.attempt_prepare(claim), timezone.now(), trace, unsendable)
         if unsendable:
             self._record(unsendable)
 
-    def _prepare_off_thread(self, claim: delivery_service.Claim, deadline: float, started_at: datetime,
+    def _prepare_off_thread(self, claim: Claim, deadline: float, started_at: datetime,
                             trace: tracing.DeliveryTrace | None) -> None:
         try:
-            prepared = delivery_service.attempt_prepare(claim, timeout=max(0.001, deadline - time.monotonic()))
+            prepared = sending.attempt_prepare(claim, timeout=max(0.001, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001 - a failed attempt, recorded
             logger.exception("engine.prepare_failed", extra={"delivery_id": claim.delivery_id})
             prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
@@ -267,28 +269,28 @@ class Engine:
         with self._changed:
             ready = list(self._prepared)
             self._prepared.clear()
-        unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]] = []
+        unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
         for claim, prepared, started_at, trace in ready:
             self._launch(claim, prepared, started_at, trace, unsendable)
         if unsendable:
             self._record(unsendable)
 
-    def _launch(self, claim: delivery_service.Claim, prepared: access.Prepared, started_at: datetime,
+    def _launch(self, claim: Claim, prepared: access.Prepared, started_at: datetime,
                 trace: tracing.DeliveryTrace | None,
-                unsendable: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]]) -> None:
+                unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         # The attempt's span starts here, on the engine's thread, also for an attempt prepared off-thread
         # (its token fetch or proxy lookup is not part of the HTTP attempt); it adds the traceparent.
         if trace is not None:
             trace.attempt_started(prepared.headers)
         if prepared.error:  # no token, or the proxied host refused: a failed attempt, recorded
-            result = delivery_service.attempt_failed_early(prepared)
+            result = sending.attempt_failed_early(prepared)
             if trace is not None:
                 trace.attempt_finished(result)
-            unsendable.append((delivery_service.Outcome(claim, started_at, result), trace))
+            unsendable.append((Outcome(claim, started_at, result), trace))
             return
         curl = self._idle.pop() if self._idle else pycurl.Curl()
         try:
-            attempt = delivery_service.attempt_open(curl, claim, prepared)
+            attempt = sending.attempt_open(curl, claim, prepared)
         except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
             curl.reset()
             self._idle.append(curl)
@@ -296,7 +298,7 @@ class Engine:
                                              error=f"invalid_url: {exc}"[:200], retry_after=None)
             if trace is not None:
                 trace.attempt_finished(result)
-            unsendable.append((delivery_service.Outcome(claim, timezone.now(), result), trace))
+            unsendable.append((Outcome(claim, timezone.now(), result), trace))
             return
         self._running[id(curl)] = (curl, attempt, claim, started_at, prepared, trace)
         self._multi.add_handle(curl)
@@ -310,18 +312,18 @@ class Engine:
             access.after_attempt(claim.access, prepared, result)
             if trace is not None:
                 trace.attempt_finished(result)
-            outcomes.append((delivery_service.Outcome(claim, started_at, result), trace))
+            outcomes.append((Outcome(claim, started_at, result), trace))
             curl.reset()
             self._idle.append(curl)
         self._record(outcomes)
 
-    def _record(self, finished: list[tuple[delivery_service.Outcome, tracing.DeliveryTrace | None]]) -> None:
+    def _record(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         outcomes = [outcome for outcome, _ in finished]
         statuses: list = [None] * len(outcomes)
         record_batch = None
         try:
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
-                statuses = delivery_service.deliveries_record(outcomes=outcomes, hand_on=self._take)
+                statuses = recording.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:
@@ -349,3 +351,27 @@ def start(*, concurrency: int) -> Engine:
 def running() -> Engine | None:
     """The engine of this process, if it runs one (a threaded worker); None in prefork children and tests."""
     return _engine if _engine_pid == os.getpid() else None
+
+
+def delivery_attempt(*, delivery_id: str) -> str | None:
+    """Without an engine (a prefork worker, a test): claim, send and record one attempt of the delivery on
+    this thread; its new status, or None if skipped."""
+    trace = None
+    with tracing.batch("herald.claim.batch", 1) as claim_batch:
+        claim = leases.delivery_claim(delivery_id=delivery_id)
+        if claim is not None and claim_batch is not None:
+            trace = tracing.delivery_traces({delivery_id: claim}, claim_batch,
+                                            {delivery_id: claim_batch.origin})[delivery_id]
+    if claim is None:
+        return None
+    started_at = timezone.now()
+    result = sending.attempt_send(claim, trace=trace)
+    if trace is None:
+        return recording.delivery_record(claim=claim, started_at=started_at, result=result)
+    status, record_batch = None, tracing.batch("herald.record.batch", 1)
+    try:
+        with record_batch:
+            status = recording.delivery_record(claim=claim, started_at=started_at, result=result)
+    finally:
+        trace.recorded(status, record_batch)
+    return status

@@ -4,17 +4,17 @@ import os
 import socket
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection
 from prometheus_client import Counter, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
 
 from webhooks.breaker import RECOVERED, TRIPPED
+from webhooks.conf import herald_settings
 from webhooks.liveness import WORKER_PREFIX
 from webhooks.models import DISPATCHER, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
 from webhooks.transport import AttemptResult
 
-if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+if herald_settings.metrics.PROMETHEUS_MULTIPROC_DIR:
     # Containers sharing one metrics volume all number their processes from 1: name each file by
     # host and pid so a web worker and a Celery child never write the same file. No underscores:
     # prometheus_client splits file names on them.
@@ -100,7 +100,7 @@ class DeliveryStateCollector:
 
     def collect(self):
         with connection.cursor() as cursor:
-            cursor.execute(self._SQL, {"live": 3 * settings.WEBHOOK_WORKER_HEARTBEAT_SECONDS})
+            cursor.execute(self._SQL, {"live": 3 * herald_settings.worker.WEBHOOK_WORKER_HEARTBEAT_SECONDS})
             pending, failed, oldest, in_flight, tripped, dispatcher_age, workers = cursor.fetchone()
         yield GaugeMetricFamily("herald_delivery_attempts_in_flight",
                                 "Attempts holding a live lease, across every worker", value=in_flight)

@@ -326,7 +326,7 @@ class DeliveryOutbox(models.Model):
     on its way through the broker (published at `published_at`).
 
     Intake, a record that schedules a retry and a manual retry insert the row; a relay publishes it
-    (webhooks/relay.py) and stamps `published_at`; the claim of the delivery deletes it, whatever the
+    (webhooks/delivery/relay.py) and stamps `published_at`; the claim of the delivery deletes it, whatever the
     claim decides (send, park, close). Beat's dispatcher publishes again what was published long
     enough ago to be lost. A narrow row of its own, so that publishing writes two small index entries
     here instead of rewriting the delivery row and its six indexes (10,000 published in about a
@@ -409,7 +409,7 @@ class Recovery(models.Model):
     """A resend of an endpoint's failed deliveries whose events were created in [since, until) (SPEC §11).
 
     Beat-free and web-free: a task (webhooks.recovery_step) walks the deliveries in event order and
-    hands them, a batch at a time, to the manual retry (webhooks/services/delivery.py); the next batch
+    hands them, a batch at a time, to the manual retry (webhooks/delivery/retries.py); the next batch
     goes once every delivery of this one has had its attempt. `batch` and `released_at` are that batch;
     `cursor_at`/`cursor_id` the last delivery released; `step` the number of the step task that may run
     next, so that a step sent again by beat (a lost message) never doubles the chain.

@@ -1,14 +1,15 @@
 """Celery tasks: thin APIs that take ids, and call services."""
 from celery import shared_task
-from django.conf import settings
 from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 
 from webhooks import engine, progress
-from webhooks.publishing import DELIVER_MANY
+from webhooks.conf import herald_settings
+from webhooks.delivery.dispatcher import deliveries_dispatch_due
+from webhooks.delivery.publishing import DELIVER_MANY
 from webhooks.models import DISPATCHER, Heartbeat
-from webhooks.services import delivery as delivery_service
 from webhooks.services import recovery as recovery_service
+from webhooks.services.endpoints import endpoints_disable_failing
 from webhooks.services.retention import events_prune
 
 
@@ -33,13 +34,13 @@ def _deliver(delivery_id: str) -> None:
     if running is not None:
         running.submit(delivery_id)
     else:
-        delivery_service.delivery_attempt(delivery_id=delivery_id)
+        engine.delivery_attempt(delivery_id=delivery_id)
 
 
 @shared_task(name="webhooks.dispatch_due", ignore_result=True)
 def dispatch_due() -> int:
     """Beat: publish every due delivery whose task is not waiting; this is what recovers lost tasks."""
-    published = len(delivery_service.deliveries_dispatch_due())
+    published = len(deliveries_dispatch_due())
     recovery_service.recoveries_resume()
     Heartbeat.objects.update_or_create(name=DISPATCHER, defaults={"at": Now()})
     return published
@@ -48,12 +49,12 @@ def dispatch_due() -> int:
 @shared_task(name="webhooks.disable_failing_endpoints", ignore_result=True)
 def disable_failing_endpoints() -> int:
     """Beat: disable endpoints failing continuously past WEBHOOK_DISABLE_AFTER_SECONDS."""
-    return delivery_service.endpoints_disable_failing()
+    return endpoints_disable_failing()
 
 
 @shared_task(name="webhooks.prune_events", ignore_result=True,
-             soft_time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 60,
-             time_limit=settings.EVENT_RETENTION_MAX_SECONDS + 120)
+             soft_time_limit=herald_settings.retention.EVENT_RETENTION_MAX_SECONDS + 60,
+             time_limit=herald_settings.retention.EVENT_RETENTION_MAX_SECONDS + 120)
 def prune_events() -> int:
     """Beat: delete events past EVENT_RETENTION_DAYS whose deliveries are all final (SPEC §7)."""
     return events_prune().rows

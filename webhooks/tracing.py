@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
+from webhooks.conf import herald_settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from webhooks.services.delivery import Claim
+    from webhooks.delivery.leases import Claim
     from webhooks.transport import AttemptResult
 
 logger = logging.getLogger("herald.tracing")
@@ -50,7 +50,7 @@ def setup(process: str) -> bool:
     """Start tracing in this process (`web` or `worker`) if OTEL_EXPORTER_OTLP_ENDPOINT is set; once per
     process (a forked child sets up its own). True if this process exports traces."""
     global ENABLED, _setup_pid
-    if not getattr(settings, "TRACING_ENABLED", False):  # another settings module (bench's floors) has none
+    if not herald_settings.tracing.enabled:  # another settings module (bench's floors) has none
         return False
     if _setup_pid is not None:
         # Set up before a fork (gunicorn --preload, a prefork parent): the provider carries on in the
@@ -68,18 +68,18 @@ def setup(process: str) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     # The instrumentations read it from the environment when they start (see config/settings.py).
-    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = settings.OTEL_SEMCONV_STABILITY_OPT_IN
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = herald_settings.tracing.OTEL_SEMCONV_STABILITY_OPT_IN
     # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME are read by Resource.create; ours only name the
     # process when the operator did not.
-    attributes = {"herald.process": process, "service.version": settings.HERALD_VERSION}
-    if not settings.OTEL_SERVICE_NAME:
+    attributes = {"herald.process": process, "service.version": herald_settings.delivery.version}
+    if not herald_settings.tracing.OTEL_SERVICE_NAME:
         attributes["service.name"] = f"herald-{process}"
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     # The instrumentors patch libraries once per interpreter (a forked child inherits the patches).
     for instrumentor, options in (
-            (DjangoInstrumentor(), {"excluded_urls": settings.OTEL_PYTHON_DJANGO_EXCLUDED_URLS}),
+            (DjangoInstrumentor(), {"excluded_urls": herald_settings.tracing.OTEL_PYTHON_DJANGO_EXCLUDED_URLS}),
             (CeleryInstrumentor(), {}), (PsycopgInstrumentor(), {}), (RedisInstrumentor(), {})):
         if not instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.instrument(**options)
@@ -97,7 +97,7 @@ def _tracer():
     if _herald_tracer is None:  # one per process: the provider makes a new one on every call
         from opentelemetry import trace
 
-        _herald_tracer = trace.get_tracer("herald", settings.HERALD_VERSION)
+        _herald_tracer = trace.get_tracer("herald", herald_settings.delivery.version)
     return _herald_tracer
 
 

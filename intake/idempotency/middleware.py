@@ -8,7 +8,6 @@ answer with the work: one commit per first execution (intake/idempotency/store.p
 import hashlib
 import logging
 
-from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -23,6 +22,7 @@ from intake.models import IdempotencyKey
 from intake.permissions import scope_refusal
 from intake.problems import problem_response
 from webhooks import tracing
+from webhooks.conf import herald_settings
 
 logger = logging.getLogger("herald.idempotency")
 
@@ -129,7 +129,8 @@ class IdempotencyMiddleware:
                 if response.status_code >= 500 or response.streaming:
                     raise _Release(response)
                 stored = {"method": request.method, "path": request.path, "replace_expired": replace_expired,
-                          "retention_seconds": settings.IDEMPOTENCY_RETENTION_SECONDS, **_stored_response(response)}
+                          "retention_seconds": herald_settings.api.IDEMPOTENCY_RETENTION_SECONDS,
+                          **_stored_response(response)}
                 if response.status_code >= 400 or transaction.get_rollback():
                     # A 4xx is stored, its work is not: roll back, then store the answer alone below.
                     transaction.set_rollback(True)
@@ -195,7 +196,7 @@ def _replay(existing: store.Existing) -> HttpResponse:
 
 def _mismatch() -> HttpResponse:
     return problem_response(
-        status_code=settings.IDEMPOTENCY_MISMATCH_STATUS, code="idempotency_key_reused",
+        status_code=herald_settings.api.IDEMPOTENCY_MISMATCH_STATUS, code="idempotency_key_reused",
         detail="This Idempotency-Key was used with a different request (method, path, query or body).")
 
 

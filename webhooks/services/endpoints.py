@@ -1,18 +1,18 @@
 """Endpoint services: create, update, disable, delete (cancelling pending deliveries), rotate the secret."""
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from webhooks import access, crypto, event_types
-from webhooks.models import (Delivery, DeliveryLease, DeliveryOutbox, Endpoint, EndpointAccess, EndpointSecret,
-                             Tenant)
-from webhooks.publishing import deliveries_enqueue
+from webhooks.conf import herald_settings
+from webhooks.delivery import outbox
+from webhooks.delivery.parked import endpoint_hand_on
+from webhooks.models import Delivery, DeliveryLease, Endpoint, EndpointAccess, EndpointSecret, Tenant
 from webhooks.services.events import event_emit_operational
 from webhooks.signing import generate_secret
 from webhooks.transport import check_url_host
@@ -26,12 +26,6 @@ _FRESH_START = {"failing_since": None, "consecutive_failures": 0, "tripped_at": 
 
 _DELIVERY = Delivery._meta.db_table
 _ENDPOINT = Endpoint._meta.db_table
-
-# Parked deliveries of one endpoint go back into a queue, oldest first, as many as the endpoint has
-# room for now (free slots, one for fifo, one if its throttle allows, none while tripped): see the
-# function in migrations/0009. The caller holds the endpoint's row lock, which every claim and record
-# of that endpoint takes too, so the room cannot change underneath.
-HAND_ON_SQL = "SELECT unnest(herald_endpoint_hand_on(%(endpoint)s, %(default_cap)s, %(limit)s))"
 
 
 class EndpointUrlRefused(ValueError):
@@ -50,12 +44,12 @@ def endpoint_url_check(*, url: str) -> None:
         # A URL is shown wherever its endpoint is, and travels in Herald's own events (herald.endpoint.*)
         # to the tenant's other receivers: credentials have no place in it.
         raise EndpointUrlRefused("The URL must not contain a user name or password.")
-    if settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
+    if herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS:
         if not url.lower().startswith(("http://", "https://")):
             raise EndpointUrlRefused("The URL must use http or https.")
         return
     try:
-        check_url_host(url, dns_timeout=settings.ENDPOINT_DNS_TIMEOUT_SECONDS)
+        check_url_host(url, dns_timeout=herald_settings.delivery.ENDPOINT_DNS_TIMEOUT_SECONDS)
     except ValueError as exc:
         raise EndpointUrlRefused(str(exc)) from None
 
@@ -70,12 +64,12 @@ class TenantGone(LookupError):
 
 def tenant_max_endpoints(tenant: Tenant) -> int:
     """The endpoints a tenant may have: its own limit, or the deployment's default."""
-    return settings.TENANT_MAX_ENDPOINTS if tenant.max_endpoints is None else tenant.max_endpoints
+    return herald_settings.api.TENANT_MAX_ENDPOINTS if tenant.max_endpoints is None else tenant.max_endpoints
 
 
 def endpoint_max_in_flight(endpoint: Endpoint) -> int:
     """The endpoint's cap on attempts in flight: its own, or the deployment's default."""
-    return endpoint.max_in_flight or settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
+    return endpoint.max_in_flight or herald_settings.delivery.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT
 
 
 @transaction.atomic
@@ -214,32 +208,13 @@ def endpoint_update(*, endpoint: Endpoint, **changes) -> Endpoint:
     return endpoint
 
 
-def endpoint_hand_on(*, endpoint: Endpoint) -> list[str]:
-    """Send an endpoint's parked deliveries on, as many as it has room for now; in a transaction that
-    holds the endpoint's row lock. A tripped or disabled endpoint hands nothing on."""
-    with connection.cursor() as cursor:
-        cursor.execute(HAND_ON_SQL, {"endpoint": endpoint.pk, "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT,
-                                     "limit": 1000})
-        ids = [row[0] for row in cursor.fetchall()]
-    if ids:
-        transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=ids,
-                                                         queue=settings.HERALD_PERIODIC_QUEUE), robust=True)
-    return ids
-
-
 def _fail_waiting(*, endpoint_id: str) -> int:
     """A disabled endpoint receives nothing: what waits for it (not in flight) is failed now."""
     in_flight = DeliveryLease.objects.filter(delivery=OuterRef("pk"), until__gt=Now())
     failed = Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.PENDING).exclude(
         Exists(in_flight)).update(status=Delivery.FAILED, next_attempt_at=None, parked_at=None, updated_at=Now())
-    _drop_outbox(endpoint_id=endpoint_id)
+    outbox.drop_finished(endpoint_id=endpoint_id)
     return failed
-
-
-def _drop_outbox(*, endpoint_id: str) -> None:
-    """The outbox rows of the endpoint's deliveries that are no longer pending have nothing to publish."""
-    DeliveryOutbox.objects.filter(delivery__endpoint_id=endpoint_id).exclude(
-        delivery__status=Delivery.PENDING).delete()
 
 
 @transaction.atomic
@@ -265,7 +240,7 @@ def endpoint_delete(*, endpoint: Endpoint) -> int:
     Endpoint.objects.filter(pk=endpoint.pk).update(deleted_at=now, enabled=False, updated_at=now)
     cancelled = Delivery.objects.filter(endpoint=endpoint, status=Delivery.PENDING).update(
         status=Delivery.CANCELLED, next_attempt_at=None, parked_at=None, updated_at=now)
-    _drop_outbox(endpoint_id=endpoint.pk)
+    outbox.drop_finished(endpoint_id=endpoint.pk)
     return cancelled
 
 
@@ -282,3 +257,12 @@ def endpoint_rotate_secret(*, endpoint: Endpoint) -> Endpoint:
 
 def _issue_secret(*, endpoint: Endpoint) -> EndpointSecret:
     return EndpointSecret.objects.create(endpoint=endpoint, encrypted_secret=crypto.encrypt(generate_secret()))
+
+
+def endpoints_disable_failing(*, now: datetime | None = None) -> int:
+    """Beat: disable endpoints that have failed continuously for WEBHOOK_DISABLE_AFTER_SECONDS."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=herald_settings.delivery.WEBHOOK_DISABLE_AFTER_SECONDS)
+    failing = Endpoint.objects.filter(enabled=True, deleted_at__isnull=True, failing_since__lte=cutoff)
+    return sum(endpoint_disable(endpoint_id=endpoint_id, reason="failing continuously")
+               for endpoint_id in failing.values_list("id", flat=True))

@@ -8,14 +8,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import event_schemas, event_types, ids, tracing
+from webhooks.delivery import outbox
+from webhooks.delivery.publishing import poll_notify, publisher
 from webhooks.event_types import is_reserved, matching_patterns
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event, EventType, Tenant
+from webhooks.models import Delivery, Endpoint, Event, EventType, Tenant
 from webhooks.payload import build_payload
-from webhooks.publishing import publisher
-
-# The LISTEN/NOTIFY channel of poll endpoints' new messages; the payload is the endpoint's id.
-POLL_CHANNEL = "herald_poll"
 
 # One round trip for the whole fan-out: insert the event, match the tenant's enabled endpoints
 # (`event_types` empty or overlapping the type's patterns; `channels` empty or overlapping the
@@ -62,8 +60,7 @@ WITH lists AS (
       FROM matched
     RETURNING id, endpoint_id, next_attempt_at IS NULL AS polled
 ), outbox AS (
-    INSERT INTO {DeliveryOutbox._meta.db_table} (delivery_id, due_at, published_at, periodic)
-    SELECT id, %(now)s, NULL, false FROM deliveries WHERE NOT polled
+    {outbox.insert_new("deliveries WHERE NOT polled", due="%(now)s")}
 )
 SELECT id, endpoint_id, polled, NULL::varchar, NULL::jsonb FROM deliveries
 UNION ALL
@@ -89,7 +86,7 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
 
     Each delivery gets its outbox row, due now and not yet published. Once the transaction
     commits, the relays' doorbell rings (from a background thread: the request does not wait), and a
-    worker's relay publishes their tasks (webhooks/relay.py); without a doorbell, the relays' own
+    worker's relay publishes their tasks (webhooks/delivery/relay.py); without a doorbell, the relays' own
     polling and beat's dispatcher find them.
     """
     created_at = now or timezone.now()
@@ -126,14 +123,6 @@ def event_ingest(*, tenant: Tenant, event_type: str, data: Any, channels: list[s
     if polled:
         poll_notify(endpoint_ids=polled)
     return event
-
-
-def poll_notify(*, endpoint_ids: list[str]) -> None:
-    """Tell the web processes' long-polls of these poll endpoints that messages are waiting: a NOTIFY,
-    which PostgreSQL delivers when the caller's transaction commits (and drops if it rolls back)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, ep) FROM unnest(%s::varchar[]) AS ep",
-                       [POLL_CHANNEL, sorted(set(endpoint_ids))])
 
 
 def event_emit_operational(*, tenant_id: str, event_type: str, data: dict[str, Any]) -> Event:

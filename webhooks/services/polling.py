@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 
 from webhooks import crypto, metrics
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
-from webhooks.services.delivery import message_headers
+from webhooks.delivery.sending import message_headers
 
 logger = logging.getLogger("herald.polling")
 

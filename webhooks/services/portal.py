@@ -3,9 +3,9 @@ import hashlib
 import secrets
 from datetime import timedelta
 
-from django.conf import settings
 from django.utils import timezone
 
+from webhooks.conf import herald_settings
 from webhooks.models import PortalLink, Tenant
 
 
@@ -19,7 +19,8 @@ def portal_link_create(*, tenant: Tenant, credential_id: int | None = None) -> t
     stored, only hashed)."""
     token = secrets.token_urlsafe(32)
     link = PortalLink.objects.create(tenant=tenant, token_hash=_hash(token), credential_id=credential_id,
-                                     expires_at=timezone.now() + timedelta(seconds=settings.PORTAL_LINK_SECONDS))
+                                     expires_at=timezone.now()
+                                     + timedelta(seconds=herald_settings.portal.PORTAL_LINK_SECONDS))
     return link, token
 
 

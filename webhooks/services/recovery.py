@@ -19,12 +19,12 @@ import logging
 from datetime import datetime, timedelta
 
 from celery import current_app
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from webhooks.conf import herald_settings
 from webhooks.models import Delivery, Endpoint, Recovery, Tenant
-from webhooks.services.delivery import deliveries_retry
+from webhooks.delivery.retries import deliveries_retry
 
 logger = logging.getLogger("herald.recovery")
 
@@ -95,14 +95,15 @@ def recovery_step(*, recovery_id: str, step: int) -> str | None:
                     done = recovery.done_before + len(recovery.batch) - waiting
                     # nothing moved (a tripped breaker, a slow receiver): look less often, up to every 5 s
                     slower = None if done != recovery.done else min(
-                        5.0, max(settings.WEBHOOK_RECOVER_POLL_SECONDS, 2 * (now - recovery.updated_at).total_seconds()))
+                        5.0, max(herald_settings.recovery.WEBHOOK_RECOVER_POLL_SECONDS,
+                                 2 * (now - recovery.updated_at).total_seconds()))
                     recovery.done = done
                     return _save_and_continue(recovery, now, countdown=slower)
                 recovery.done = recovery.done_before = recovery.done_before + len(recovery.batch)
             rows = []
             # A disabled or deleted endpoint's claims would only close what is released: stop here.
             if Endpoint.objects.filter(pk=recovery.endpoint_id, enabled=True, deleted_at__isnull=True).exists():
-                cursor.execute(_WALK_SQL, _walk_params(recovery, batch=settings.WEBHOOK_RECOVER_BATCH))
+                cursor.execute(_WALK_SQL, _walk_params(recovery, batch=herald_settings.recovery.WEBHOOK_RECOVER_BATCH))
                 rows = cursor.fetchall()
         if not rows:
             recovery.status, recovery.completed_at, recovery.batch = Recovery.COMPLETED, now, []
@@ -124,14 +125,15 @@ def _save_and_continue(recovery: Recovery, now: datetime, countdown: float | Non
     recovery.step += 1
     recovery.updated_at = now
     recovery.save()
-    _send_step(recovery, countdown=settings.WEBHOOK_RECOVER_POLL_SECONDS if countdown is None else countdown)
+    poll = herald_settings.recovery.WEBHOOK_RECOVER_POLL_SECONDS
+    _send_step(recovery, countdown=poll if countdown is None else countdown)
     return recovery.status
 
 
 def recoveries_resume() -> list[str]:
     """Beat: send again the expected step of every running recovery that has not moved for a while (its
     step's message was lost: a broker flush, a worker killed). The ids resumed."""
-    stale = timezone.now() - timedelta(seconds=settings.WEBHOOK_REDISPATCH_AFTER_SECONDS)
+    stale = timezone.now() - timedelta(seconds=herald_settings.queues.WEBHOOK_REDISPATCH_AFTER_SECONDS)
     resumed = []
     for recovery in Recovery.objects.filter(status=Recovery.RUNNING, updated_at__lt=stale).only("id", "step")[:1000]:
         _send_step(recovery, countdown=0, on_commit=False)
@@ -140,7 +142,7 @@ def recoveries_resume() -> list[str]:
 
 
 def _send_step(recovery: Recovery, *, countdown: float, on_commit: bool = True) -> None:
-    # by name, like the delivery messages (webhooks/publishing.py): the task module imports this one;
+    # by name, like the delivery messages (webhooks/delivery/publishing.py): the task module imports this one;
     # CELERY_TASK_ROUTES sends it to the periodic queue
     step = recovery.step
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from webhooks import ids
-from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, EndpointSecret, Event,
-                             PortalLink, Tenant)
+from webhooks.conf import herald_settings
+from webhooks.delivery import leases, outbox
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event, PortalLink, Tenant
 
 logger = logging.getLogger("herald.retention")
 
@@ -73,8 +73,8 @@ class Pacer:
     deleted tenants (and intake's part of it, intake/tenants.py) share it."""
 
     def __init__(self, *, max_seconds: float | None = None, pause_ratio: float | None = None) -> None:
-        self.max_seconds = settings.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
-        self.pause_ratio = settings.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
+        self.max_seconds = herald_settings.retention.EVENT_RETENTION_MAX_SECONDS if max_seconds is None else max_seconds
+        self.pause_ratio = herald_settings.retention.EVENT_RETENTION_PAUSE_RATIO if pause_ratio is None else pause_ratio
         self.started = time.monotonic()
         self.batches = 0
 
@@ -118,8 +118,8 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
                  max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
     """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
     (the next run goes on from the oldest again), paced by a Pacer."""
-    days = settings.EVENT_RETENTION_DAYS if days is None else days
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    days = herald_settings.retention.EVENT_RETENTION_DAYS if days is None else days
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
     pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
@@ -165,9 +165,9 @@ WITH picked AS (
 ), attempts AS (
     DELETE FROM {_ATTEMPT} a WHERE a.delivery_id IN (SELECT id FROM doomed) RETURNING 1
 ), outbox AS (
-    DELETE FROM {DeliveryOutbox._meta.db_table} o WHERE o.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+    {outbox.delete_of("SELECT id FROM doomed")}
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.delivery_id IN (SELECT id FROM doomed) RETURNING 1
+    {leases.delete_of("delivery_id", "SELECT id FROM doomed")}
 ), deliveries AS (
     DELETE FROM {_DELIVERY} d WHERE d.id IN (SELECT id FROM doomed) RETURNING 1
 ), events AS (
@@ -183,7 +183,7 @@ WITH picked AS (
 ), secrets AS (
     DELETE FROM {EndpointSecret._meta.db_table} s WHERE s.endpoint_id IN (SELECT id FROM picked) RETURNING 1
 ), leases AS (
-    DELETE FROM {DeliveryLease._meta.db_table} l WHERE l.endpoint_id IN (SELECT id FROM picked) RETURNING 1
+    {leases.delete_of("endpoint_id", "SELECT id FROM picked")}
 ), endpoints AS (
     DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
 )
@@ -214,7 +214,7 @@ class Erased:
 def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
     """Erase a deleted tenant's events, deliveries, attempts, endpoints, secrets and portal links, batch by
     batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
-    batch = batch or settings.EVENT_RETENTION_BATCH
+    batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
 
     def events_batch() -> bool:
         with transaction.atomic(), connection.cursor() as cursor:

@@ -1,13 +1,13 @@
 """The relay: publishes the tasks of deliveries that are due and not yet published, from PostgreSQL.
 
-A delivery that needs a message has a row in the outbox (webhooks_deliveryoutbox, see DeliveryOutbox),
+A delivery that needs a message has a row in the outbox (DeliveryOutbox, written by webhooks/delivery/outbox.py),
 written due and unpublished by intake, by a failed attempt's record (its retry, due at
 `next_attempt_at`) and by a manual retry. Every threaded worker runs a relay thread that wakes when the
-doorbell rings (a Redis message sent after each intake commit, see webhooks/publishing.py) and
+doorbell rings (a Redis message sent after each intake commit, see webhooks/delivery/publishing.py) and
 otherwise every WEBHOOK_RELAY_POLL_SECONDS, and publishes what is due, oldest first, in batches: one
 UPDATE marks a batch's rows published (`FOR UPDATE SKIP LOCKED`, so relays of several workers share
 the work and never publish a delivery twice) and its ids go out as `webhooks.deliver_many` messages:
-first attempts to the main queue, retries to the periodic one.
+first attempts to the main queue, retries to the retry queue.
 
 Beat's dispatcher runs the same step, so deliveries still go out with no relay running (a prefork
 worker runs none), at its interval instead of at once.
@@ -18,42 +18,24 @@ import logging
 import threading
 import time
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from webhooks import tracing
-from webhooks.models import DeliveryLease, DeliveryOutbox
-from webhooks.publishing import _redis, doorbell_channel, publish
+from webhooks.conf import herald_settings
+from webhooks.delivery import outbox
+from webhooks.delivery.publishing import _redis, doorbell_channel, publish
 
 logger = logging.getLogger("herald.relay")
-
-_OUTBOX = DeliveryOutbox._meta.db_table
-# outbox_due holds exactly the unpublished rows, due ones first. One whose delivery a worker holds
-# (a live lease) is that worker's. The ids go through an array so that the outer UPDATE finds each
-# row by its key (an IN over the subquery was planned as a hash join over the whole table once the
-# batch grew).
-_RELAY_SQL = f"""
-UPDATE {_OUTBOX} o SET published_at = now()
- WHERE o.delivery_id = ANY(ARRAY(
-        SELECT q.delivery_id FROM {_OUTBOX} q
-         WHERE q.published_at IS NULL AND q.due_at <= now()
-           AND NOT EXISTS (SELECT 1 FROM {DeliveryLease._meta.db_table} l
-                            WHERE l.delivery_id = q.delivery_id AND l.until > now())
-         ORDER BY q.due_at
-         LIMIT %(batch)s
-           FOR UPDATE SKIP LOCKED))
-RETURNING o.delivery_id, o.periodic, o.published_at
-"""
 
 
 def deliveries_relay(*, batch: int | None = None) -> list[str]:
     """Publish every due, unpublished delivery (see the module doc); the ids published."""
-    return publish_in_batches(_RELAY_SQL, {"batch": batch or settings.WEBHOOK_DISPATCH_BATCH})
+    return publish_in_batches(outbox.MARK_DUE_SQL, {"batch": batch or herald_settings.queues.WEBHOOK_DISPATCH_BATCH})
 
 
 def publish_in_batches(sql: str, params: dict) -> list[str]:
     """Run `sql`, which marks up to `params["batch"]` outbox rows published and returns (delivery id, for
-    the periodic queue?, published_at) for each, and publish them in one round trip to the broker; again at
+    the retry queue?, published_at) for each, and publish them in one round trip to the broker; again at
     once while batches come full, for up to WEBHOOK_DISPATCH_SECONDS. The ids published.
 
     If the broker fails (or, on RabbitMQ, does not confirm) after a batch is marked, the batch is
@@ -61,8 +43,8 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
     nobody sees (a broker that loses what it confirmed) leaves rows that look published: once their
     messages are overdue the dispatcher finds them lost and publishes them again.
     """
-    main, periodic = settings.CELERY_TASK_DEFAULT_QUEUE, settings.HERALD_PERIODIC_QUEUE
-    deadline = time.monotonic() + settings.WEBHOOK_DISPATCH_SECONDS
+    main, retries = herald_settings.queues.main, herald_settings.queues.retries
+    deadline = time.monotonic() + herald_settings.queues.WEBHOOK_DISPATCH_SECONDS
     published: list[str] = []
     while True:
         # Most passes find nothing: with tracing on, their statement makes no span (a trace a second).
@@ -73,27 +55,13 @@ def publish_in_batches(sql: str, params: dict) -> list[str]:
             mark = max(row[2] for row in rows)
             ids = [row[0] for row in rows]
             if not publish([(queue, part, mark) for queue, part in (
-                    (main, [row[0] for row in rows if not row[1]]), (periodic, [row[0] for row in rows if row[1]]))
+                    (main, [row[0] for row in rows if not row[1]]), (retries, [row[0] for row in rows if row[1]]))
                     if part], traceparents=tracing.event_traceparents(delivery_ids=ids) if tracing.ENABLED else None):
-                _unmark(ids, [row[2] for row in rows])
+                outbox.unmark(ids, [row[2] for row in rows])
                 return published
             published += ids
         if len(rows) < params["batch"] or time.monotonic() >= deadline:
             return published
-
-
-_UNMARK_SQL = f"""
-UPDATE {_OUTBOX} o SET published_at = NULL
-  FROM unnest(%(ids)s::text[], %(marks)s::timestamptz[]) AS m(delivery_id, published_at)
- WHERE o.delivery_id = m.delivery_id AND o.published_at = m.published_at
-"""
-
-
-def _unmark(ids: list[str], marks: list) -> None:
-    """Make rows whose messages never reached the broker due again (those a worker already claimed, or
-    another relay marked since, are left alone)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_UNMARK_SQL, {"ids": ids, "marks": marks})
 
 
 class Relay:
@@ -124,7 +92,7 @@ class Relay:
                     except Exception:  # noqa: BLE001 - its connection is gone already
                         pass
                 pubsub = None
-                self._stop.wait(settings.WEBHOOK_RELAY_POLL_SECONDS)
+                self._stop.wait(herald_settings.queues.WEBHOOK_RELAY_POLL_SECONDS)
             if self._stop.is_set():
                 break
             try:
@@ -139,7 +107,7 @@ class Relay:
     def _wait_for_ring(self, pubsub) -> None:
         """Until the doorbell rings or the poll interval passes (checking for a stop every 0.2 s);
         rings that came meanwhile are answered by the one run that follows."""
-        deadline = time.monotonic() + settings.WEBHOOK_RELAY_POLL_SECONDS
+        deadline = time.monotonic() + herald_settings.queues.WEBHOOK_RELAY_POLL_SECONDS
         while not self._stop.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0 or pubsub.get_message(timeout=min(0.2, remaining)) is not None:

@@ -1,7 +1,8 @@
-"""Talking to the broker: publish delivery tasks, ring the relays' doorbell, read each queue's backlog.
+"""Telling who delivers: publish delivery tasks, ring the relays' doorbell, read each queue's backlog, and
+wake the long-polls of poll endpoints (`poll_notify`).
 
 The pending rows in PostgreSQL are the outbox. Intake publishes nothing itself: once its transaction
-commits it rings the doorbell of the workers' relays (webhooks/relay.py), which publish what is due
+commits it rings the doorbell of the workers' relays (webhooks/delivery/relay.py), which publish what is due
 as `webhooks.deliver_many` messages of up to WEBHOOK_ENQUEUE_CHUNK ids each. A Celery message costs
 about a millisecond of CPU to build and send; the relays pay it per batch, in the workers, not per
 request in the web process.
@@ -20,13 +21,17 @@ import threading
 from datetime import datetime
 
 from celery import current_app
-from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from kombu import Queue
 
 from webhooks import tracing
+from webhooks.conf import herald_settings
 
 logger = logging.getLogger("herald.publishing")
+
+# The LISTEN/NOTIFY channel of poll endpoints' new messages; the payload is the endpoint's id.
+POLL_CHANNEL = "herald_poll"
 
 # The task that takes a message of delivery ids (webhooks/tasks.py registers it under this name).
 DELIVER_MANY = "webhooks.deliver_many"
@@ -38,12 +43,12 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
     `mark` the messages carry: when the ids were published, by the database's clock).
 
     `queue` is the main queue (new events) unless given; the system's own re-publications (retries,
-    recoveries, hand-ons, manual retries) go to HERALD_PERIODIC_QUEUE. A broker failure is logged,
+    recoveries, hand-ons, manual retries) go to the retry queue (herald_settings.queues.retries). A broker failure is logged,
     never raised: the rows are safe and the dispatcher publishes them again.
     """
     if not delivery_ids:
         return
-    queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
+    queue = queue or herald_settings.queues.main
     if wait:
         publish([(queue, list(delivery_ids), mark or timezone.now())])
     else:
@@ -52,7 +57,7 @@ def deliveries_enqueue(*, delivery_ids: list[str], queue: str | None = None, wai
 
 def doorbell_channel() -> str:
     """The Redis channel the relays listen on (one per Herald installation: HERALD_QUEUE names it)."""
-    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:doorbell"
+    return f"{herald_settings.queues.main}:doorbell"
 
 
 _redis_clients: dict[int, object] = {}
@@ -64,7 +69,7 @@ def _redis():
     client = _redis_clients.get(os.getpid())
     if client is None:
         client = _redis_clients[os.getpid()] = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+            herald_settings.queues.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
     return client
 
 
@@ -87,7 +92,7 @@ def publish(batch: list[tuple[str, list[str], datetime]], traceparents: dict[str
     for queue, ids, mark in batch:
         held, latest = by_queue.get(queue, ([], mark))
         by_queue[queue] = (held + ids, max(latest, mark))
-    chunk = settings.WEBHOOK_ENQUEUE_CHUNK
+    chunk = herald_settings.queues.WEBHOOK_ENQUEUE_CHUNK
     try:
         with current_app.producer_or_acquire() as producer, producer.batch():
             for queue, (ids, mark) in by_queue.items():
@@ -179,3 +184,11 @@ def broker_backlog() -> dict[str, int]:
         # Not passive: a queue nobody has used yet is created empty, as a worker would create it.
         return {queue.name: Queue(queue.name, queue.exchange, queue.routing_key, channel=channel)
                 .queue_declare().message_count for queue in app.conf.task_queues}
+
+
+def poll_notify(*, endpoint_ids: list[str]) -> None:
+    """Tell the web processes' long-polls of these poll endpoints that messages are waiting: a NOTIFY,
+    which PostgreSQL delivers when the caller's transaction commits (and drops if it rolls back)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, ep) FROM unnest(%s::varchar[]) AS ep",
+                       [POLL_CHANNEL, sorted(set(endpoint_ids))])

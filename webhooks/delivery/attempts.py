@@ -1,0 +1,125 @@
+"""The attempt record (DeliveryAttempt): `herald_delivery_record` (webhooks/sql/delivery_record.sql) writes it.
+
+Under the endpoint's row lock the record inserts the attempt, releases the lease, moves the delivery on
+(succeeded, failed, or pending until its retry, with the retry's outbox row) and hands the freed slot to
+the oldest parked delivery. Two ways in: many successes on endpoints the claim saw healthy in one call
+(`record_healthy_successes`), or one attempt in a transaction that holds the endpoint's lock already
+(`lock_endpoint`, then `record_locked`). What decides between them, and the breaker and operational
+events around the second, is webhooks/recording.py.
+"""
+import functools
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from webhooks import breaker, retry_policy, transport
+from webhooks.conf import herald_settings
+from webhooks.delivery import db
+from webhooks.delivery.leases import Claim
+from webhooks.models import Delivery, Endpoint
+
+# The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
+_LOCK_ENDPOINT_SQL = f"""
+SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL,
+       herald_endpoint_cap(ep.ordering, ep.max_in_flight, %(default_cap)s), ep.tripped_at, ep.next_probe_at <= now(),
+       ep.consecutive_failures, ep.failed_probes, ep.failing_since
+  FROM {Endpoint._meta.db_table} ep
+ WHERE ep.id = %(endpoint)s
+   FOR NO KEY UPDATE
+"""
+_RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
+# The slow path records under the endpoint lock it already holds, in its own transaction.
+_RECORD_SQL = """
+SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s,
+    %(response_body)s, %(error)s, %(status)s, %(next_attempt_at)s, %(lease_end)s, %(endpoint)s, %(default_cap)s,
+    %(fast)s, %(slots_to_hand_on)s)
+"""
+
+
+@dataclass(frozen=True)
+class EndpointState:
+    """An endpoint's row as read under its lock."""
+
+    id: str
+    tenant_id: str
+    url: str
+    active: bool
+    deleted: bool
+    cap: int
+    tripped_at: datetime | None
+    probe_due: bool | None
+    consecutive_failures: int
+    failed_probes: int
+    failing_since: datetime | None
+
+    @property
+    def breaker(self) -> breaker.BreakerState:
+        return breaker.BreakerState(self.consecutive_failures, self.tripped_at, self.failed_probes,
+                                    self.failing_since)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One finished attempt, waiting to be recorded."""
+
+    claim: Claim
+    started_at: datetime
+    result: transport.AttemptResult
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_schedule(text: str) -> tuple[int, ...]:
+    return retry_policy.parse_schedule(text)
+
+
+def _schedule() -> tuple[int, ...]:
+    return _parse_schedule(herald_settings.delivery.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
+
+
+def delivery_decide(*, number: int, result: transport.AttemptResult, now: datetime) -> tuple[str, datetime | None]:
+    """The delivery's next state after attempt `number`: succeeded, pending until a retry, or failed."""
+    if result.ok:
+        return Delivery.SUCCEEDED, None
+    if result.status == 410:
+        return Delivery.FAILED, None
+    retry_after = None
+    if result.status in (429, 503):
+        retry_after = retry_policy.parse_retry_after(result.retry_after, now=now)
+    delay = retry_policy.next_delay(attempt_number=number, schedule=_schedule(),
+                                    jitter=herald_settings.delivery.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
+    if delay is None:
+        return Delivery.FAILED, None
+    return Delivery.PENDING, now + timedelta(seconds=delay)
+
+
+def record_params(outcome: Outcome, status: str, next_at: datetime | None) -> dict:
+    """What the record of one attempt is called with (but the path it takes and the slots it hands on)."""
+    claim, result = outcome.claim, outcome.result
+    return db.endpoint_params(
+        id=claim.delivery_id, number=claim.number, started_at=outcome.started_at, duration_ms=result.duration_ms,
+        response_status=result.status, response_body=result.body, error=result.error[:500], status=status,
+        next_attempt_at=next_at, lease_end=claim.lease_end, endpoint=claim.endpoint_id)
+
+
+def record_healthy_successes(params: list[dict]) -> dict[str, tuple[bool, bool, list[str]]]:
+    """Record successes on endpoints the claim saw healthy, in one call of its own; by delivery id: whether
+    it was recorded (the endpoint was still healthy under its lock; if not, nothing was written and the slow
+    path records it), whether the delivery moved on, and the parked deliveries handed the freed slot.
+    (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.)"""
+    records = json.dumps([{**p, "fast": True, "hand_on": 1} for p in params], default=str)
+    return {row[0]: row[1:] for row in db.call(_RECORD_MANY_SQL, db.endpoint_params(records=records))}
+
+
+def lock_endpoint(cursor, endpoint_id: str) -> EndpointState:
+    """The endpoint's row, under its lock, in the caller's transaction."""
+    cursor.execute(_LOCK_ENDPOINT_SQL, db.endpoint_params(endpoint=endpoint_id))
+    return EndpointState(*cursor.fetchone())
+
+
+def record_locked(cursor, params: dict, *, slots_to_hand_on: int) -> tuple[bool, list[str]]:
+    """Record one attempt in the caller's transaction, which holds the endpoint's lock (`lock_endpoint`);
+    up to `slots_to_hand_on` parked deliveries take the room it has then. Whether the delivery moved on, and those
+    handed on."""
+    cursor.execute(_RECORD_SQL, {**params, "fast": False, "slots_to_hand_on": slots_to_hand_on})
+    _, moved_on, handed_on = cursor.fetchone()
+    return moved_on, handed_on
