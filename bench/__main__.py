@@ -41,12 +41,17 @@ def percentile(values: list[float], pct: float) -> float:
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
 PARTS = ("intake", "catalog", "delivery", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
-         "end_to_end", "fan_out", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing")
+         "end_to_end", "fan_out", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing",
+         "sustained")
 
 class Bench:
-    def __init__(self, quick: bool, rounds: int = 5):
+    def __init__(self, quick: bool, rounds: int = 5, sustained_seconds: float | None = None,
+                 sustained_rates: tuple[int, ...] = (100, 200, 400, 800), sustained_profile: str | None = None):
         self.quick = quick
         self.rounds = rounds
+        self.sustained_seconds = sustained_seconds or (10 if quick else 30)
+        self.sustained_rates = sustained_rates
+        self.sustained_profile = sustained_profile
         self.seconds = 4 if quick else 8
         self.results: dict = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                                time.gmtime())}
@@ -1270,6 +1275,133 @@ class Bench:
               f"delivery on/off {t['delivery_on_vs_off']:.2f} (10% sampled {t['delivery_sampled_vs_off']:.2f}); "
               f"exported {sink_stats}", flush=True)
 
+    # --- sustained load, end to end -------------------------------------------------------------
+    def sustained(self):
+        """Issue 23 item 4: events offered at a fixed rate (open loop, 64 client threads: bench/openloop.py)
+        for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to one endpoint (the default cap of
+        10 in flight, as `demo_setup` makes it) on the fast local receiver, with the stack as `scripts/up`
+        runs it (the Procfile: gunicorn with `--access-logfile -`, one `celery -A config worker`, beat, every
+        log at INFO in JSON). Per rate: offered, accepted (202), delivered (each accepted event's first
+        arrival, after a grace period), post-to-arrival latency counted from the instant each POST was due,
+        where the time went (due → 202, 202 → the attempt's start in the worker, the attempt), the CPU each
+        process used; and the highest rate at which every event arrived with p99 ≤ 1 s."""
+        import requests
+        from django.db import connection
+
+        from bench.openloop import offer
+
+        tenant, token = self.tenant_with_endpoints("sustained", ["/sustained"])
+        verbose = {"LOG_LEVEL": "INFO", "HERALD_LOG_LEVEL": "INFO", "HERALD_LOG_FORMAT": "json"}
+        web = self.start(stack.gunicorn(stack.free_port(), name="gunicorn-up", args=("--access-logfile", "-"),
+                                        **verbose))
+        procs = {"web": web, "worker": self.start(stack.worker("sustained", **verbose)),
+                 "beat": self.start(stack.beat(**verbose)), "receiver": self.receiver}
+        url = f"{web.url}/api/v1/events"
+        # warm: every gunicorn thread and the worker's engine and relay have done one of each
+        offer(url, token, rate=50, seconds=1, run=f"warm-{uuid.uuid4().hex[:6]}")
+        time.sleep(2)
+        self.cancel_backlog()
+        rows = []
+        try:
+            for rate in self.sustained_rates:
+                self.reset_receiver()
+                cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
+                busy_before = machine_busy()
+                by_command_before, own_before = cpu_by_command(), sum(os.times()[:2])
+                profilers = self.profile(rate, web=web, worker=procs["worker"]) if self.sustained_profile else []
+                started = time.time()
+                sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"s{rate}-{uuid.uuid4().hex[:8]}")
+                offered_until = time.time()
+                for profiler in profilers:
+                    profiler.wait(60)
+                cpu = {name: round((proc.cpu_seconds() - cpu_before[name]) / (offered_until - started), 2)
+                       for name, proc in procs.items()}
+                busy = machine_busy(busy_before)
+                # the rest of the machine (PostgreSQL, Redis, this load generator, whatever else runs), in cores
+                span = offered_until - started
+                others = {command: round(seconds / span, 2)
+                          for command, seconds in cpu_by_command(by_command_before).items()}
+                others["load generator"] = round((sum(os.times()[:2]) - own_before) / span, 2)
+                others = dict(sorted(((k, v) for k, v in others.items() if v >= 0.01), key=lambda kv: -kv[1])[:8])
+                accepted = [s for s in sent if s.status == 202]
+                # grace: until every accepted event has arrived, or nothing arrived for 20 s (at most 10 minutes)
+                last_count, last_progress = -1, time.monotonic()
+                deadline = time.monotonic() + 600
+                while time.monotonic() < deadline and time.monotonic() - last_progress < 20:
+                    count = int(requests.get(f"{self.receiver.url}/count", timeout=10).text)
+                    if count >= len(accepted):
+                        break
+                    if count != last_count:
+                        last_count, last_progress = count, time.monotonic()
+                    time.sleep(0.5)
+                received = self.receiver_stats()["received"]
+                delivered = [s for s in accepted if s.event_id in received]
+                latency = [(received[s.event_id] - s.due) * 1000 for s in delivered]
+                intake = [(s.answered - s.due) * 1000 for s in accepted]
+                late = [(s.sent - s.due) * 1000 for s in sent]
+                # where the time went: the attempt's start (the worker's clock) per delivered event
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT d.event_id, extract(epoch FROM min(a.started_at)) FROM webhooks_delivery d "
+                                   "JOIN webhooks_deliveryattempt a ON a.delivery_id = d.id "
+                                   "WHERE d.event_id = ANY(%s) GROUP BY d.event_id", [[s.event_id for s in delivered]])
+                    attempt_at = dict(cursor.fetchall())
+                to_attempt = [(float(attempt_at[s.event_id]) - s.answered) * 1000 for s in delivered if s.event_id in attempt_at]
+                attempt = [(received[s.event_id] - float(attempt_at[s.event_id])) * 1000 for s in delivered
+                           if s.event_id in attempt_at]
+                arrivals = sorted(received[s.event_id] for s in delivered)
+                first_due = sent[0].due
+                # the latency through the run: per second of due time, events, p50 and max post-to-arrival (ms)
+                seconds: dict[int, list[float]] = {}
+                for s, ms in zip(delivered, latency):
+                    seconds.setdefault(int(s.due - first_due), []).append(ms)
+                timeline = [[second, len(values), round(percentile(values, 50)), round(max(values))]
+                            for second, values in sorted(seconds.items())]
+                row = {
+                    "rate": rate, "seconds": self.sustained_seconds, "offered": len(sent), "accepted": len(accepted),
+                    "refused": {str(status): sum(1 for s in sent if s.status == status)
+                                for status in {s.status for s in sent if s.status != 202}},
+                    "delivered": len(delivered), "all_delivered": len(delivered) == len(sent),
+                    "duplicates": self.receiver_stats()["count"] - len(received),
+                    "accepted_per_second": len(accepted) / (max(s.answered for s in sent) - first_due),
+                    "delivered_per_second": len(delivered) / (arrivals[-1] - first_due) if arrivals else 0.0,
+                    "drain_seconds": (arrivals[-1] - sent[-1].due) if arrivals else float("nan"),
+                    "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
+                    "max_ms": max(latency, default=float("nan")),
+                    "intake_p50_ms": percentile(intake, 50), "intake_p99_ms": percentile(intake, 99),
+                    "send_late_p99_ms": percentile(late, 99),
+                    "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
+                    "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
+                    "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy, "timeline": timeline,
+                }
+                rows.append(row)
+                print(f"sustained {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
+                      f"{row['accepted']} delivered {row['delivered']} (dup {row['duplicates']}); post->arrival p50 "
+                      f"{row['p50_ms']:.0f} p99 {row['p99_ms']:.0f} max {row['max_ms']:.0f} ms; due->202 p50 "
+                      f"{row['intake_p50_ms']:.0f} p99 {row['intake_p99_ms']:.0f}; 202->attempt p50 "
+                      f"{row['to_attempt_p50_ms']:.0f} p99 {row['to_attempt_p99_ms']:.0f}; attempt p99 "
+                      f"{row['attempt_p99_ms']:.0f} ms; accepted {row['accepted_per_second']:.0f}/s delivered "
+                      f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}", flush=True)
+                self.cancel_backlog()
+        finally:
+            for name in ("beat", "worker", "web"):
+                procs[name].stop()
+        held = [r["rate"] for r in rows if r["all_delivered"] and r["p99_ms"] <= 1000]
+        self.results["sustained"] = {"rows": rows, "highest_rate": max(held, default=0),
+                                     "threads": 64, "endpoint_cap": 10}
+        print(f"sustained: highest rate with every event delivered and p99 <= 1 s: "
+              f"{self.results['sustained']['highest_rate']}/s", flush=True)
+
+    def profile(self, rate: int, **procs) -> list[subprocess.Popen]:
+        """py-spy record (on-CPU samples, collapsed stacks) of each process group in `procs` for the offering
+        of `rate`, into `--sustained-profile`'s directory as <name>-<rate>.txt."""
+        directory = Path(self.sustained_profile)
+        directory.mkdir(parents=True, exist_ok=True)
+        return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses",
+                                  "--rate", "50", "--duration", str(round(self.sustained_seconds)), "--format", "raw",
+                                  "--nonblocking", "--output", str(directory / f"{name}-{rate}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name, proc in procs.items()]
+
     def run(self, only: set[str] | None):
         try:
             self.setup()
@@ -1324,6 +1456,38 @@ class SqlTimer:
         return statistics.median(times)
 
 
+def machine_busy(before: tuple[int, int] | None = None):
+    """The machine's CPU counters from /proc/stat (busy, total jiffies); with `before`, the busy fraction since."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    now = (sum(fields) - fields[3] - fields[4], sum(fields))  # idle and iowait are not busy
+    if before is None:
+        return now
+    return round((now[0] - before[0]) / max(1, now[1] - before[1]), 3)
+
+
+def cpu_by_command(before: dict | None = None) -> dict:
+    """CPU seconds (user + system) of every live process of the machine, by pid: {pid: (command, seconds)};
+    with `before` (an earlier answer), the seconds used since, summed per command name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    now: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        now[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+    if before is None:
+        return now
+    totals: dict[str, float] = {}
+    for pid, (command, seconds) in now.items():
+        command = command.split("/")[0]  # kworker/u8:2-… and the like, as one
+        totals[command] = totals.get(command, 0.0) + seconds - before.get(pid, (command, 0.0))[1]
+    return totals
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -1344,8 +1508,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
     parser.add_argument("--only", help="comma-separated: " + ",".join(PARTS))
+    parser.add_argument("--sustained-seconds", type=float,
+                        help="how long `sustained` offers each rate (default 30; 10 with --quick)")
+    parser.add_argument("--sustained-rates", default="100,200,400,800",
+                        help="the events/s `sustained` offers, in order (default 100,200,400,800)")
+    parser.add_argument("--sustained-profile", metavar="DIR",
+                        help="record a py-spy profile of gunicorn and the worker during each rate of `sustained` into DIR "
+                             "(it costs CPU: not for the measured runs)")
     args = parser.parse_args()
-    Bench(args.quick, args.rounds).run(set(args.only.split(",")) if args.only else None)
+    Bench(args.quick, args.rounds, args.sustained_seconds,
+          tuple(int(r) for r in args.sustained_rates.split(",")), args.sustained_profile).run(set(args.only.split(",")) if args.only else None)
 
 
 if __name__ == "__main__":

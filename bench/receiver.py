@@ -6,7 +6,7 @@
 - `/failat/<n>,<m>,.../...`: answers 500 to the n-th, m-th... request to that path, 200 at once otherwise;
 - anything else: answers 200 at once (keep-alive, one write per answer, TCP_NODELAY).
 
-`GET /stats` returns {"count": N, "received": {webhook-id: first arrival}, "first": t, "last": t,
+`GET /count` returns the number of requests so far (plain text); `GET /stats` returns {"count": N, "received": {webhook-id: first arrival}, "first": t, "last": t,
 "peak_in_flight": {group: n}, "arrivals": {group: [t, ...]}, "first_ok": {group: [webhook-id, ...]}}
 where a group is the first two path segments (`/delay/200`, `/hang`, `/failat/10,11,12`) or `/` and
 first_ok lists webhook-ids in the order of their first 200.
@@ -79,6 +79,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     def do_GET(self):
+        if self.path == "/count":  # cheap to poll while a large run drains
+            body = str(count).encode()
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            return
         with lock:
             body = json.dumps({"count": count, "received": received, "first": min(arrivals, default=0),
                                "last": max(arrivals, default=0), "peak_in_flight": peak_in_flight,

@@ -82,10 +82,12 @@ class ConnectionSampler:
         self._thread.join(5)
 
 
-def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", cwd: Path = ROOT, **env) -> Proc:
+def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", cwd: Path = ROOT, args: tuple = (),
+             **env) -> Proc:
     """`gunicorn config.wsgi` as the README starts it: only the bind is given, so the repository's
-    gunicorn.conf.py sets the workers, for Herald and for the floors alike (`cwd`: another checkout's)."""
-    argv = processes.gunicorn_argv(port, app)
+    gunicorn.conf.py sets the workers, for Herald and for the floors alike (`cwd`: another checkout's;
+    `args`: flags added, e.g. the Procfile's `--access-logfile -`)."""
+    argv = processes.gunicorn_argv(port, app, *args)
     proc = Proc(name, argv, base_env(**env), ready="Booting worker", cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
