@@ -130,6 +130,10 @@ def test_fifo_order_and_throttle_hold_across_two_workers(api, receiver, processe
     wait_until(lambda: all_succeeded(fifo + paced), timeout=60, message="fifo and paced deliveries")
     assert _first_successes(receiver, "/fifo") == _event_order(fifo)
     assert receiver.path_max_in_flight["/fifo"] == 1
+    # the throttle is on starts, across both workers: as Herald started them, never more than 10 in a second
+    starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=paced)]
+    assert _max_per_second(starts) <= 10
+    # as they arrived: two workers' sends on a busy 2-core machine reach the receiver with some jitter
     arrivals = [r.at for r in receiver.requests_to("/paced")]
-    assert _max_per_second(arrivals) <= 11
+    assert _max_per_second(arrivals) <= 12
     assert max(arrivals) - min(arrivals) >= 3.8  # 40 at 10/s

@@ -16,10 +16,11 @@ import requests
 from django.db import connection, transaction
 
 from intake.credentials import credential_create_platform
-from intake.models import ApiCredential, IdempotencyKey
+from intake.models import IdempotencyKey
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, EndpointSecret, Event, PortalLink, Tenant
+from tests.tenant_rows import owned_rows
+from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Tenant
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -330,21 +331,6 @@ def _waiting_on_locks() -> int:
         return cursor.fetchone()[0]
 
 
-def _owned_rows(tenant_id: str) -> dict[str, int]:
-    credentials = ApiCredential.objects.filter(tenant_id=tenant_id)
-    return {
-        "tenant": Tenant.objects.filter(pk=tenant_id).count(),
-        "endpoints": Endpoint.objects.filter(tenant_id=tenant_id).count(),
-        "secrets": EndpointSecret.objects.filter(endpoint__tenant_id=tenant_id).count(),
-        "events": Event.objects.filter(tenant_id=tenant_id).count(),
-        "deliveries": Delivery.objects.filter(tenant_id=tenant_id).count(),
-        "attempts": DeliveryAttempt.objects.filter(delivery__tenant_id=tenant_id).count(),
-        "credentials": credentials.count(),
-        "keys": IdempotencyKey.objects.filter(credential__in=credentials).count(),
-        "portal_links": PortalLink.objects.filter(tenant_id=tenant_id).count(),
-    }
-
-
 def test_a_deleted_tenant_stops_at_once_and_beat_erases_everything_it_owns(platform, stack, receiver, processes):
     doomed, kept = _tenant(platform, "doomed"), _tenant(platform, "kept")
     own, _ = _own_caller(platform, doomed["uid"])
@@ -382,12 +368,12 @@ def test_a_deleted_tenant_stops_at_once_and_beat_erases_everything_it_owns(platf
     wait_until(lambda: own.get("events").status_code == 401, timeout=10, message="the deleted tenant's token refused")
 
     # beat erases everything it owned (after the grace of a lease), and nothing of the other tenant
-    wait_until(lambda: not any(_owned_rows(doomed["id"]).values()), timeout=90, interval=0.5,
-               message=f"the erasure of {doomed['id']}: {_owned_rows(doomed['id'])}")
+    wait_until(lambda: not any(owned_rows(doomed["id"]).values()), timeout=90, interval=0.5,
+               message=f"the erasure of {doomed['id']}: {owned_rows(doomed['id'])}")
     assert not DeliveryOutbox.objects.exclude(delivery_id__in=Delivery.objects.values("id")).exists()
     # its backlog was never sent: nothing more reached its endpoint after the deletion (but for an
     # attempt that may have been in flight as it was deleted)
     assert len(receiver.requests_to("/doomed-slow")) <= sent_before + 1 < 12
-    kept_rows = _owned_rows(kept["id"])
+    kept_rows = owned_rows(kept["id"])
     assert (kept_rows["events"], kept_rows["deliveries"], kept_rows["endpoints"], kept_rows["credentials"]) == (3, 3, 1, 0)
     assert _ok(platform.get(f"tenants/{kept['uid']}/events"), 200)["data"]

@@ -5,7 +5,9 @@ Under the endpoint's row lock the record inserts the attempt, releases the lease
 the oldest parked delivery. Two ways in: many successes on endpoints the claim saw healthy in one call
 (`record_healthy_successes`), or one attempt in a transaction that holds the endpoint's lock already
 (`lock_endpoint`, then `record_locked`). What decides between them, and the breaker and operational
-events around the second, is webhooks/recording.py.
+events around the second, is webhooks/recording.py. Attempts go with their deliveries (`delete_of`, a part of
+retention's and erasure's statements); a poll endpoint's acknowledgement is an attempt too
+(`insert_acknowledged`, in webhooks/services/polling.py's statement).
 """
 import functools
 import json
@@ -16,7 +18,26 @@ from webhooks import breaker, retry_policy, transport
 from webhooks.conf import herald_settings
 from webhooks.delivery import db
 from webhooks.delivery.leases import Claim
-from webhooks.models import Delivery, Endpoint
+from webhooks.models import Delivery, DeliveryAttempt, Endpoint
+
+TABLE = DeliveryAttempt._meta.db_table
+
+
+
+def insert_acknowledged(source: str) -> str:
+    """A part of a statement: a poll endpoint's acknowledgement recorded as the attempt of each row of `source`
+    (`id`, `attempt_count`: the delivery, its number already counted), succeeded at once, with no HTTP status."""
+    return f"""INSERT INTO {TABLE} (delivery_id, number, started_at, duration_ms, response_status, response_body,
+                            error, created_at)
+    SELECT id, attempt_count, now(), 0, NULL, '', '', now() FROM {source}"""
+
+
+def delete_of(deliveries: str) -> str:
+    """A part of a statement: the attempts of `deliveries` (an array of delivery ids, e.g. `ARRAY(SELECT ...)`)
+    go; RETURNING 1 each. An array, not `IN (SELECT ...)`: the attempts are the largest table, and an array of
+    ids is looked up on the delivery_id index whatever the planner guesses of the SELECT's size."""
+    return f"DELETE FROM {TABLE} a WHERE a.delivery_id = ANY({deliveries}) RETURNING 1"
+
 
 # The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
 _LOCK_ENDPOINT_SQL = f"""

@@ -22,8 +22,9 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from webhooks import crypto, metrics
-from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointSecret, Event
+from webhooks.delivery import attempts
 from webhooks.delivery.sending import message_headers
+from webhooks.models import Delivery, Endpoint, EndpointSecret, Event
 
 logger = logging.getLogger("herald.polling")
 
@@ -33,7 +34,6 @@ MAX_LIMIT = 100
 MAX_CURSOR = 2**62
 
 _DELIVERY = Delivery._meta.db_table
-_ATTEMPT = DeliveryAttempt._meta.db_table
 
 # Every served delivery up to the cursor that is still pending is acknowledged: succeeded, with an attempt.
 _ACK_SQL = f"""
@@ -44,9 +44,7 @@ WITH acked AS (
      WHERE d.endpoint_id = %(endpoint)s AND d.status = '{Delivery.PENDING}' AND d.poll_seq <= %(after)s
     RETURNING d.id, d.attempt_count
 ), attempts AS (
-    INSERT INTO {_ATTEMPT} (delivery_id, number, started_at, duration_ms, response_status, response_body, error,
-                            created_at)
-    SELECT id, attempt_count, now(), 0, NULL, '', '', now() FROM acked
+    {attempts.insert_acknowledged("acked")}
 )
 SELECT count(*) FROM acked
 """

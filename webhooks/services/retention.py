@@ -27,15 +27,14 @@ from django.utils import timezone
 
 from webhooks import ids
 from webhooks.conf import herald_settings
-from webhooks.delivery import leases, outbox
-from webhooks.models import (Delivery, DeliveryAttempt, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
+from webhooks.delivery import attempts, leases, outbox
+from webhooks.models import (Delivery, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
                              Recovery, Tenant)
 
 logger = logging.getLogger("herald.retention")
 
 _EVENT = Event._meta.db_table
 _DELIVERY = Delivery._meta.db_table
-_ATTEMPT = DeliveryAttempt._meta.db_table
 
 # The batch: the oldest events past the cutoff after the cursor, locked. An event a manual retry holds
 # (FOR KEY SHARE, see delivery_retry) is skipped: it is about to have a pending delivery.
@@ -53,9 +52,7 @@ SELECT DISTINCT d.event_id FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s)
 """
 _DELETE_SQL = f"""
 WITH attempts AS (
-    DELETE FROM {_ATTEMPT} a USING {_DELIVERY} d
-     WHERE a.delivery_id = d.id AND d.event_id = ANY(%(events)s)
-    RETURNING 1
+    {attempts.delete_of(f"ARRAY(SELECT d.id FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s))")}
 ), deliveries AS (
     DELETE FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s) AND d.status <> 'pending'
     RETURNING 1
@@ -139,10 +136,10 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
             pruned.kept += len(picked) - len(doomed)
             if doomed:
                 cursor.execute(_DELETE_SQL, {"events": doomed})
-                events, deliveries, attempts = cursor.fetchone()
+                events, deliveries, attempt_rows = cursor.fetchone()
                 pruned.events += events
                 pruned.deliveries += deliveries
-                pruned.attempts += attempts
+                pruned.attempts += attempt_rows
         after = picked[-1]
         return len(picked) == batch
 
@@ -166,7 +163,7 @@ WITH picked AS (
 ), deliveries AS (
     DELETE FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked) RETURNING d.id
 ), attempts AS (
-    DELETE FROM {_ATTEMPT} a WHERE a.delivery_id = ANY(ARRAY(SELECT id FROM deliveries)) RETURNING 1
+    {attempts.delete_of("ARRAY(SELECT id FROM deliveries)")}
 ), outbox AS (
     {outbox.delete_of("SELECT id FROM deliveries")}
 ), leases AS (
