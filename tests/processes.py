@@ -39,7 +39,10 @@ def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | Non
     """`celery -A config worker` as the README runs it, unless the test asks for another `concurrency`
     (attempts in flight: WEBHOOK_WORKER_CONCURRENCY, and as many threads up to the configured pool's; None: the
     configured ones) or `pool`."""
-    argv = processes.celery_worker_argv(name, "--without-gossip", "--without-mingle", "--without-heartbeat")
+    # under pytest-xdist the node name carries the test process's id: on RabbitMQ a node's control queue
+    # (`<name>@<host>.celery.pidbox`) is exclusive, and both test processes start a worker "left" at times
+    node = f"{name}.{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else name
+    argv = processes.celery_worker_argv(node, "--without-gossip", "--without-mingle", "--without-heartbeat")
     if pool:
         argv += ["--pool", pool]
     if concurrency:
