@@ -2,7 +2,8 @@
 
 - the outbox (DeliveryOutbox): `outbox` (every write of it from Python, whole or as part of a statement);
 - the lease (DeliveryLease): `leases` (the claim takes it);
-- the attempt record (DeliveryAttempt, and the delivery moved on after an attempt): `attempts`;
+- the attempt record (DeliveryAttempt, and the delivery moved on after an attempt): `attempts` (also the parts
+  of retention's, erasure's and a poll acknowledgement's statements that write attempts);
 - parked deliveries handed on (the calls of herald_endpoint_hand_on, at most HAND_ON_LIMIT at once): `parked`;
 - the manual retry (a finished delivery pending again, with its outbox row): `retries`.
 
