@@ -32,6 +32,15 @@ def insert_acknowledged(source: str) -> str:
     SELECT id, attempt_count, now(), 0, NULL, '', '', now() FROM {source}"""
 
 
+def delete_of_events(events: str) -> str:
+    """A part of a statement: the attempts of every delivery of `events` (an array of event ids) go; RETURNING 1
+    each. Retention's form: a join. `delete_of`'s array deleted 2.5x faster in the black-box year scenario (one
+    run each, 2026-12-01) but took so much more of the CPU while it worked that intake's p99 beside it tripled."""
+    return f"""DELETE FROM {TABLE} a USING {Delivery._meta.db_table} d
+     WHERE a.delivery_id = d.id AND d.event_id = ANY({events})
+    RETURNING 1"""
+
+
 def delete_of(deliveries: str) -> str:
     """A part of a statement: the attempts of `deliveries` (an array of delivery ids, e.g. `ARRAY(SELECT ...)`)
     go; RETURNING 1 each. An array, not `IN (SELECT ...)`: the attempts are the largest table, and an array of

@@ -52,7 +52,7 @@ SELECT DISTINCT d.event_id FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s)
 """
 _DELETE_SQL = f"""
 WITH attempts AS (
-    {attempts.delete_of(f"ARRAY(SELECT d.id FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s))")}
+    {attempts.delete_of_events("%(events)s")}
 ), deliveries AS (
     DELETE FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s) AND d.status <> 'pending'
     RETURNING 1
