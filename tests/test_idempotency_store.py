@@ -51,6 +51,7 @@ class Holder:
     """Another request holding a key, played by a second connection with the same advisory locks."""
 
     def __init__(self, key: store.Key):
+        self._timers: list[threading.Timer] = []
         params = connection.get_connection_params()
         self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
                                     user=params.get("user"))
@@ -71,13 +72,15 @@ class Holder:
     def release(self, after: float = 0.0) -> threading.Timer:
         return self._later(after, self.conn.rollback)
 
-    @staticmethod
-    def _later(after, action):
+    def _later(self, after, action):
         timer = threading.Timer(after, action)
         timer.start()
+        self._timers.append(timer)
         return timer
 
     def close(self):
+        for timer in self._timers:  # an action still due runs first: never on a closed connection
+            timer.join()
         self.conn.close()
 
 
