@@ -1449,7 +1449,13 @@ def year(ctx: Context) -> Result:
 
     quiet_replies, quiet = _steady_intake(ctx, tenant, "year", "quiet", rate, profile.year_seconds)
     pruner = subprocess.Popen([str(VENV_BIN / "python"), "manage.py", "prune_events"], cwd=ROOT,
-                              env=ctx.stack.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              env={**ctx.stack.env(), "PGAPPNAME": "herald-prune"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    # the command's Python start (a core for a second or so) is not the prune: "during" begins at its first query
+    with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
+        wait_until(lambda: pruner.poll() is not None or conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'herald-prune'").fetchone()[0] > 0,
+                   60, 0.05, "prune_events connected to PostgreSQL")
     pruned_at = time.monotonic()
     busy_replies, busy = _steady_intake(ctx, tenant, "year", "busy", rate, profile.year_seconds)
     busy_ended = time.monotonic()
