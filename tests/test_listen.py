@@ -213,6 +213,8 @@ def test_with_tenant_every_call_goes_under_the_tenants_path(receiver):
     try:
         got = receiver.wait_for(1, "/t")
         Webhook(secret).verify(got[0].body, got[0].headers)
+        # the forward is acknowledged by the read after it; stopping before that read would race it
+        wait_until(lambda: len(stub.requests) >= 4, message="the read after the forward")
         assert stop(process) == 0
     finally:
         process.stop()
