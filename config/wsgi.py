@@ -1,7 +1,7 @@
 """WSGI entry point: `gunicorn config.wsgi`."""
 import os
 
-from django.core.wsgi import get_wsgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -13,4 +13,8 @@ limit_web_statements()  # before the first connection is made
 from webhooks import tracing  # noqa: E402
 
 tracing.setup("web")  # with OTEL_EXPORTER_OTLP_ENDPOINT set; gunicorn's post_fork did it already
-application = get_wsgi_application()
+django.setup(set_prefix=False)  # as get_wsgi_application() does
+
+from config.api_handler import Application  # noqa: E402
+
+application = Application()  # /api/v1/ on a middleware chain of its own (config/api_handler.py)
