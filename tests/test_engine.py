@@ -22,8 +22,7 @@ def _deliveries(api, url, count, **endpoint):
     event_type = "t" + url.rsplit("/", 1)[-1] + ".happened"
     response = api.post("endpoints", {"url": url, "event_types": [event_type], **endpoint})
     assert response.status_code == 201, response.content
-    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-            for n in range(count)]
+    return [api.delivery_id(event_type, {"n": n}) for n in range(count)]
 
 
 def _statuses(ids):

@@ -13,8 +13,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _post(api, event_type, count):
-    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-            for n in range(count)]
+    return [api.delivery_id(event_type, {"n": n}) for n in range(count)]
 
 
 def _event_order(ids):

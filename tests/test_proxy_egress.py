@@ -46,10 +46,6 @@ def socks_proxy(tmp_path, settings):
     proxy.stop()
 
 
-def _send(api) -> str:
-    return api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
-
-
 def _error(delivery_id) -> str:
     return DeliveryAttempt.objects.get(delivery_id=delivery_id).error
 
@@ -57,8 +53,8 @@ def _error(delivery_id) -> str:
 def test_attempts_go_through_the_http_proxy_to_the_checked_address(api, receiver, http_proxy, engine):
     with _hosts_entry(NAME, "127.0.0.1"):
         create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
-        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
-        ids = [_send(api) for _ in range(3)]
+        assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
+        ids = [api.delivery_id("invoice.paid") for _ in range(3)]
         for delivery_id in ids:
             engine.submit(delivery_id)
         assert engine.drain(10)
@@ -80,7 +76,7 @@ def test_tls_through_the_proxy_is_verified_against_the_url_host(api, http_proxy,
         with _hosts_entry(NAME, "127.0.0.1"):
             create_endpoint(api, good.url(NAME))
             create_endpoint(api, wrong.url(NAME))
-            event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+            event = api.send_event("invoice.paid")
             outcomes = {d["endpoint_id"]: delivery_attempt(delivery_id=d["id"]) for d in event["deliveries"]}
         assert sorted(outcomes.values()) == [Delivery.PENDING, Delivery.SUCCEEDED]
         assert len(good.seen) == 1 and wrong.seen == []
@@ -97,7 +93,7 @@ def test_a_private_address_is_refused_before_the_proxy_is_asked(api, receiver, h
     with _hosts_entry(NAME, "127.0.0.1"):
         create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")  # created while private networks are allowed
         settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
-        delivery_id = _send(api)
+        delivery_id = api.delivery_id("invoice.paid")
         assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
     assert _error(delivery_id) == "blocked_address: 127.0.0.1 is not a public address"
     assert receiver.received == []
@@ -107,7 +103,7 @@ def test_a_private_address_is_refused_before_the_proxy_is_asked(api, receiver, h
 def test_attempts_go_through_a_socks5_proxy(api, receiver, socks_proxy, engine):
     with _hosts_entry(NAME, "127.0.0.1"):
         create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
-        ids = [_send(api) for _ in range(2)]
+        ids = [api.delivery_id("invoice.paid") for _ in range(2)]
         for delivery_id in ids:
             engine.submit(delivery_id)
         assert engine.drain(10)
@@ -123,7 +119,7 @@ def test_oauth2_token_requests_go_through_the_proxy(api, receiver, http_proxy):
         create_endpoint(api, receiver.url(), auth={
             "type": "oauth2_client_credentials", "token_url": token_server.url,
             "client_id": token_server.client_id, "client_secret": token_server.client_secret})
-        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
+        assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
         assert len(token_server.requests) == 1
         assert receiver.wait_for(1)[0].headers["authorization"] == "Bearer tok-1"
         log = http_proxy.log()
