@@ -165,9 +165,7 @@ def test_bearer_auth_and_headers_on_the_engine(api, receiver, engine):
                                headers={"X-Team": "payments"})
     assert endpoint["auth"] == {"type": "bearer"}
     ids = [api.delivery_id("invoice.paid") for _ in range(5)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)
     requests = receiver.wait_for(5)
     assert {r.headers["authorization"] for r in requests} == {f"Bearer {BEARER}"}
     assert {r.headers["x-team"] for r in requests} == {"payments"}
@@ -348,9 +346,7 @@ def test_mutual_tls_with_the_certificate_and_not_without(api, ca, ca_bundle, eng
 
         assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
         ids = [api.delivery_id("invoice.paid") for _ in range(3)]
-        for delivery_id in ids:
-            engine.submit(delivery_id)
-        assert engine.drain(10)
+        assert engine.run(ids)
         assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 3
         assert len(server.seen) == 4
         assert all(f"organizationalUnitName={unit}" in seen.client_subject for seen in server.seen)
@@ -408,9 +404,7 @@ def test_one_token_per_expiry_window_and_a_new_one_after_a_401(api, receiver, to
 def test_concurrent_attempts_on_the_engine_share_one_token(api, receiver, token_server, engine):
     _oauth_endpoint(api, receiver.url(), token_server)
     ids = [api.delivery_id("invoice.paid") for _ in range(10)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)
     assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 10
     assert len(token_server.requests) == 1
     assert {r.headers["authorization"] for r in receiver.wait_for(10)} == {"Bearer tok-1"}
@@ -476,9 +470,7 @@ def test_secrets_are_never_logged(api, receiver, token_server, caplog, engine):
                     auth={"type": "basic", "username": "u", "password": PASSWORD})
     receiver.script("/hook", 401)
     ids = [api.delivery_id("invoice.paid") for _ in range(2)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)
     for delivery_id in ids:
         delivery_attempt(delivery_id=delivery_id)
     claims = deliveries_claim(delivery_ids=ids).claims
