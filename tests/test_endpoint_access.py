@@ -17,8 +17,9 @@ from cryptography.x509.oid import NameOID
 from django.core.management import call_command
 from django.db import connection
 
-from tests.access_servers import TlsReceiver, TokenServer, free_port
+from tests.access_servers import TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
+from tests.processes import free_port
 from tests.receiver import Answer
 from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
