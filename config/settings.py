@@ -238,8 +238,8 @@ IDEMPOTENCY_MISMATCH_STATUS = env_int("IDEMPOTENCY_MISMATCH_STATUS", 409)
 TENANT_MAX_ENDPOINTS = env_int("TENANT_MAX_ENDPOINTS", 100)
 # A deleted tenant's rows are erased by beat every TENANT_ERASURE_INTERVAL_SECONDS, with retention's
 # batches and pacing (EVENT_RETENTION_BATCH events at a time, EVENT_RETENTION_PAUSE_RATIO), for up to
-# EVENT_RETENTION_MAX_SECONDS per run. It starts no sooner than CREDENTIAL_CACHE_SECONDS after the
-# deletion, when no process can still be accepting one of its credentials from its cache.
+# EVENT_RETENTION_MAX_SECONDS per run. It starts no sooner than WEBHOOK_LEASE_SECONDS after the
+# deletion, when none of its attempts can still be in flight.
 TENANT_ERASURE_INTERVAL_SECONDS = env_float("TENANT_ERASURE_INTERVAL_SECONDS", 30)
 
 WEBHOOK_RETRY_SCHEDULE = env_str("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")
@@ -266,7 +266,8 @@ WEBHOOK_BREAKER_FAILURES = env_int("WEBHOOK_BREAKER_FAILURES", 5)
 WEBHOOK_BREAKER_COOLDOWN_SECONDS = env_float("WEBHOOK_BREAKER_COOLDOWN_SECONDS", 30)
 
 INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
-# How long a process may keep using a credential it looked up (a revocation's delay); 0 disables.
+# How long a process keeps a credential it looked up, for POSTs and PATCHes only (their key statements
+# check it is still live, so a revocation holds at once); 0 disables.
 CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

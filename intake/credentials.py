@@ -51,17 +51,22 @@ def credentials_revoke(*, credential_ids: list[int]) -> int:
     now = timezone.now()
     revoked = ApiCredential.objects.filter(pk__in=credential_ids, revoked_at__isnull=True).update(revoked_at=now)
     portal_links_end(credential_ids=credential_ids)
-    credential_cache_clear()  # this process stops accepting them at once; others within the cache TTL
+    credential_cache_clear()
     return revoked
 
 
-# Live credentials seen recently, by token hash: saves a query on every request. A revocation
-# reaches other processes within CREDENTIAL_CACHE_SECONDS; unknown tokens are never cached.
+# Live credentials seen recently, by token hash: saves the idempotency layer's POSTs and PATCHes a query
+# each. Only it reads them (`cached=True`), because its own statements check again that the credential
+# is live (intake/idempotency/store.py), so a revocation holds at once in every process; unknown tokens
+# are never cached.
 _recent: dict[str, tuple[float, ApiCredential]] = {}
 
 
-def credential_from_authorization(header: str | None) -> ApiCredential | None:
-    """Return the live credential named by an `Authorization: Bearer …` header, or None."""
+def credential_from_authorization(header: str | None, *, cached: bool = False) -> ApiCredential | None:
+    """Return the live credential named by an `Authorization: Bearer …` header, or None.
+
+    `cached`: it may come from this process's lookups of the last CREDENTIAL_CACHE_SECONDS, and so may
+    have been revoked since; only for a caller whose statements check that again (the idempotency layer)."""
     if not header:
         return None
     scheme, _, token = header.partition(" ")
@@ -70,7 +75,7 @@ def credential_from_authorization(header: str | None) -> ApiCredential | None:
         return None
     digest = _hash_token(token)
     now = time.monotonic()
-    hit = _recent.get(digest)
+    hit = _recent.get(digest) if cached else None
     if hit is not None and hit[0] > now:
         return hit[1]
     credential = (ApiCredential.objects.select_related("tenant")

@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from intake.credentials import credential_from_authorization
+from intake.idempotency.middleware import guarded
 from intake.metrics import api_throttled
 from intake.problems import problem_response
 from webhooks.conf import herald_settings
@@ -100,7 +101,9 @@ class RateLimitMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith("/api/"):
-            credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"))
+            # Cached only where the idempotency layer checks it again (intake/credentials.py).
+            credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"),
+                                                       cached=guarded(request))
             if credential is not None:
                 request.herald_credential = credential   # the idempotency layer and DRF use it as it is
                 wait = self.limiter.wait_seconds(credential.id)

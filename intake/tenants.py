@@ -110,9 +110,8 @@ DELETE FROM {IdempotencyKey._meta.db_table} WHERE id IN (
 
 def erasure_grace() -> timedelta:
     """How long after its deletion a tenant's erasure may start: no attempt of it is in flight any more
-    (a lease's length), and no process still accepts one of its credentials from its cache."""
-    return timedelta(seconds=max(herald_settings.delivery.WEBHOOK_LEASE_SECONDS,
-                                 herald_settings.api.CREDENTIAL_CACHE_SECONDS))
+    (a lease's length). Its credentials were refused from the deletion on, cached or not."""
+    return timedelta(seconds=herald_settings.delivery.WEBHOOK_LEASE_SECONDS)
 
 
 def tenants_erase(*, max_seconds: float | None = None, pause_ratio: float | None = None,

@@ -4,24 +4,19 @@
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from testkit.local_server import LocalServer, QuietHandler
+from testkit.processes import free_port
 
 
 def wait_for_port(port: int, timeout: float = 10.0) -> None:
@@ -33,13 +28,6 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        pass  # refused handshakes and clients giving up are part of the tests
 
 
 @dataclass
@@ -58,7 +46,7 @@ class TlsReceiver:
         self.seen: list[Seen] = []
         receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
@@ -73,25 +61,19 @@ class TlsReceiver:
                 self.end_headers()
                 self.wfile.write(b"ok")
 
-            def log_message(self, *args):
-                pass
-
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ca.issue_cert(*hostnames).configure_cert(context)
         if client_ca is not None:
             client_ca.configure_trust(context)
             context.verify_mode = ssl.CERT_REQUIRED
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._server = LocalServer(Handler, tls=context)
+        self.port = self._server.port
 
     def url(self, host: str = "localhost", path: str = "/hook") -> str:
         return f"https://{host}:{self.port}{path}"
 
     def close(self):
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 @dataclass
@@ -115,7 +97,7 @@ class TokenServer:
     def __post_init__(self):
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
@@ -142,17 +124,12 @@ class TokenServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *args):
-                pass
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
+        self._server = LocalServer(Handler)
+        self.port = self._server.port
         self.url = f"http://127.0.0.1:{self.port}/oauth/token"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def close(self):
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 class Proxy:

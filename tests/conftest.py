@@ -175,6 +175,17 @@ class Api:
     def delete(self, path):
         return self.client.delete(f"/api/v1/{path}", headers=self._headers(None, None))
 
+    def send_event(self, event_type: str, data=None, **fields) -> dict:
+        """POST /api/v1/events `{"type": event_type, "data": data ({} if None), **fields}`; the accepted event
+        (fails the test on anything but 202)."""
+        response = self.post("events", {"type": event_type, "data": {} if data is None else data, **fields})
+        assert response.status_code == 202, response.content
+        return response.json()
+
+    def delivery_id(self, event_type: str, data=None, **fields) -> str:
+        """`send_event`, and the id of the event's first delivery (its only one where one endpoint matches)."""
+        return self.send_event(event_type, data, **fields)["deliveries"][0]["id"]
+
 
 def make_api(tenant_name: str) -> Api:
     credential, token = credential_create(tenant_name=tenant_name)
@@ -230,7 +241,14 @@ def engine():
     """A worker's delivery engine (webhooks/engine.py) running in this process; empty when the test ends."""
     from webhooks.engine import Engine
 
-    instance = Engine(concurrency=50)
+    class _Engine(Engine):
+        def run(self, delivery_ids, timeout: float = 10.0) -> bool:
+            """Hand over each of `delivery_ids`, in order; whether all were finished within `timeout` s."""
+            for delivery_id in delivery_ids:
+                self.submit(delivery_id)
+            return self.drain(timeout)
+
+    instance = _Engine(concurrency=50)
     yield instance
     assert instance.drain(15), "the engine still held deliveries at the end of the test"
 

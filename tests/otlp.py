@@ -1,7 +1,6 @@
 """A local OTLP/HTTP trace receiver for tests: what a collector (Jaeger, Tempo, the OpenTelemetry Collector)
 would get, decoded with opentelemetry-proto (ExportTraceServiceRequest), never by hand."""
 import gzip
-import http.server
 import threading
 import time
 from dataclasses import dataclass, field
@@ -12,6 +11,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
+
+from testkit.local_server import LocalServer, QuietHandler
 
 KINDS = {ProtoSpan.SPAN_KIND_INTERNAL: "INTERNAL", ProtoSpan.SPAN_KIND_SERVER: "SERVER",
          ProtoSpan.SPAN_KIND_CLIENT: "CLIENT", ProtoSpan.SPAN_KIND_PRODUCER: "PRODUCER",
@@ -53,7 +54,7 @@ class OtlpReceiver:
         self._changed = threading.Condition()
         receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
@@ -75,15 +76,8 @@ class OtlpReceiver:
                 self.end_headers()
                 self.wfile.write(answer)
 
-            def log_message(self, *args):
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-        self._thread.start()
+        self._server = LocalServer(Handler)
+        self.url = f"http://127.0.0.1:{self._server.port}"
 
     def _take(self, request: ExportTraceServiceRequest) -> None:
         spans = []
@@ -118,5 +112,4 @@ class OtlpReceiver:
             return list(self.spans)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()

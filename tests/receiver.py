@@ -1,10 +1,11 @@
 """A real webhook receiver for tests: a threaded HTTP server on 127.0.0.1 with scripted answers."""
-import http.server
 import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from http import HTTPStatus
+
+from testkit.local_server import LocalServer, QuietHandler
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Receiver:
         self.default_answer = Answer()  # when a path's script is empty: a test may set it (e.g. 500: "down")
         receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
 
@@ -76,21 +77,8 @@ class Receiver:
                 head += [f"{name}: {value}" for name, value in answer.headers]
                 self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + answer.body)
 
-            def log_message(self, *args):
-                pass
-
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024  # a worker opens hundreds of connections at once
-
-            def handle_error(self, request, client_address):
-                pass  # a client giving up on a slow answer is part of the tests
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
-        self._thread.start()
+        self._server = LocalServer(Handler, backlog=1024)  # a worker opens hundreds of connections at once
+        self.port = self._server.port
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -118,5 +106,4 @@ class Receiver:
 
     def close(self):
         self.closing.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()

@@ -13,10 +13,11 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+
+from testkit.local_server import LocalServer, QuietHandler
 
 
 @dataclass
@@ -55,7 +56,7 @@ class StubServer:
         self.stopping = threading.Event()
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
 
@@ -94,26 +95,15 @@ class StubServer:
 
             do_GET = do_POST = do_PATCH = do_DELETE = _handle
 
-            def log_message(self, *args):
-                pass
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass
-
-        self.server = Server(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.server = LocalServer(Handler, port)
+        self.url = f"http://127.0.0.1:{self.server.port}"
 
     def keys(self) -> list[str | None]:
         return [recorded.headers.get("idempotency-key") for recorded in self.requests]
 
     def close(self):
         self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def world(broker):
     api = make_api("acme")
     endpoint = create_endpoint(api, "https://a.example.com/hook")
     api.post("endpoints", {"url": "https://b.example.com/hook", "event_types": ["invoice.*"]})
-    event = api.post("events", {"type": "invoice.paid", "data": {"invoice": "in_1"}}).json()
+    event = api.send_event("invoice.paid", {"invoice": "in_1"})
     api.post("events", {"type": "customer.created", "data": {}})
     make_api("globex").post("endpoints", {"url": "https://g.example.com/hook"})
     delivery = Delivery.objects.get(event_id=event["id"], endpoint_id=endpoint["id"])

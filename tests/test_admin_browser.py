@@ -25,8 +25,7 @@ def test_an_operator_retries_a_failed_delivery_in_the_browser(herald, receiver, 
     api = make_api("acme")
     assert api.post("endpoints", {"url": receiver.url("/hook")}).status_code == 201
     receiver.script("/hook", 500, 503, 500, 502)  # the first attempt and three retries, then 200
-    event = api.post("events", {"type": "invoice.paid", "data": {"invoice": "in_1"}}).json()
-    delivery_id = event["deliveries"][0]["id"]
+    delivery_id = api.delivery_id("invoice.paid", {"invoice": "in_1"})
     wait_until(lambda: Delivery.objects.filter(pk=delivery_id, status=Delivery.FAILED).exists(), timeout=30,
                message="the delivery to fail after four attempts")
 

@@ -108,8 +108,8 @@ def world():
     other = make_api("globex")
     endpoint = create_endpoint(api, "https://hooks.example.com/a")
     theirs = create_endpoint(other, "https://hooks.example.com/b")
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    their_event = other.post("events", {"type": "invoice.paid", "data": {}}).json()
+    event = api.send_event("invoice.paid")
+    their_event = other.send_event("invoice.paid")
     all_ids = [endpoint["id"], theirs["id"], event["id"], their_event["id"], event["deliveries"][0]["id"],
                their_event["deliveries"][0]["id"]]
     portal = _portal(api)  # a portal session of acme's, for the portal's own URLs

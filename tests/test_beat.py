@@ -48,7 +48,7 @@ def test_three_workers_and_two_beats_lose_nothing_when_the_ticking_beat_and_a_wo
     workers = [processes(celery_worker(f"host{n}", concurrency=20)) for n in range(3)]
     receiver.script("/hook", *[Answer(delay=0.5)] * 90)  # every attempt in flight for half a second
     ids = [d["id"] for n in range(90)
-           for d in api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"]]
+           for d in api.send_event("invoice.paid", {"n": n})["deliveries"]]
     receiver.wait_for(10, timeout=20)
 
     # mid-run: the ticking beat and one worker die without a goodbye

@@ -5,18 +5,18 @@ as Compose does), checked against SPEC §1, validated by docker-compose's own sc
 (`docker-compose config -q`, from Debian's `docker-compose` package), and its environment is fed
 to the real settings module to prove the values mean what they say.
 """
-import http.server
 import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
+
+from testkit.local_server import LocalServer, QuietHandler
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -191,7 +191,7 @@ def health_server():
     """A local HTTP server whose /healthz answers with the status in `state['status']`."""
     state = {"status": 200}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             body = b'{"status": "ok"}'
             self.send_response(state["status"] if self.path == "/healthz" else 404)
@@ -199,15 +199,10 @@ def health_server():
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    state["port"] = server.server_address[1]
+    server = LocalServer(Handler)
+    state["port"] = server.port
     yield state
-    server.shutdown()
-    server.server_close()
+    server.close()
 
 
 def test_the_web_healthcheck_passes_on_200_and_fails_on_503(services, health_server):

@@ -10,8 +10,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def deliveries(api):
     a = api.post("endpoints", {"url": "https://a.example.com/"}).json()["id"]
     b = api.post("endpoints", {"url": "https://b.example.com/", "event_types": ["invoice.*"]}).json()["id"]
-    paid = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    created = api.post("events", {"type": "customer.created", "data": {}}).json()
+    paid = api.send_event("invoice.paid")
+    created = api.send_event("customer.created")
     return {"a": a, "b": b, "paid": paid, "created": created}
 
 

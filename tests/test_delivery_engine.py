@@ -30,7 +30,7 @@ def _deliveries(api, count, event_type="invoice.paid", endpoint=None):
     """Post `count` events; the id of each one's delivery (to `endpoint`, if several match)."""
     out = []
     for n in range(count):
-        deliveries = api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"]
+        deliveries = api.send_event(event_type, {"n": n})["deliveries"]
         out += [d["id"] for d in deliveries if endpoint is None or d["endpoint_id"] == endpoint["id"]][:1]
     return out
 

@@ -20,7 +20,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
     doomed = processes(celery_worker("doomed"))
     create_endpoint(api, receiver.url())
     receiver.script("/hook", Answer(delay=30))
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    event = api.send_event("invoice.paid")
     receiver.wait_for(1)
 
     # when it is killed outright and another worker starts
@@ -40,7 +40,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(api, receiver, processes):
 def test_a_redis_flush_before_any_worker_ran_loses_nothing(api, receiver, processes, broker):
     create_endpoint(api, receiver.url())
     ids = [d["id"] for n in range(5)
-           for d in api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"]]
+           for d in api.send_event("invoice.paid", {"n": n})["deliveries"]]
     assert sorted(broker.delivery_ids()) == sorted(ids)
     broker.redis.flushdb()
     assert broker.delivery_ids() == []
@@ -88,8 +88,7 @@ def test_two_workers_and_duplicated_tasks_never_send_one_delivery_concurrently(a
     processes(celery_worker("right", concurrency=2))
     create_endpoint(api, receiver.url())
     receiver.script("/hook", *[Answer(delay=0.4)] * 6)
-    ids = [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"][0]["id"]
-           for n in range(6)]
+    ids = [api.delivery_id("invoice.paid", {"n": n}) for n in range(6)]
     for delivery_id in ids:  # the same task, published again and again
         for _ in range(4):
             deliver.delay(delivery_id)
@@ -106,7 +105,7 @@ def test_a_private_address_is_refused_at_connect_time(api, receiver, processes):
     create_endpoint(api, receiver.url())
     create_endpoint(api, f"http://localhost:{receiver.port}/by-name", event_types=["invoice.*"])
     processes(celery_worker("strict", WEBHOOK_ALLOW_PRIVATE_NETWORKS="false"))
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    event = api.send_event("invoice.paid")
     ids = [d["id"] for d in event["deliveries"]]
     wait_until(lambda: all(Delivery.objects.get(pk=i).attempt_count for i in ids))
     for delivery_id in ids:
@@ -119,7 +118,7 @@ def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, proce
     # given a delivery whose task was lost (removed from Redis) ...
     create_endpoint(api, receiver.url("/slow"), event_types=["slow.*"])
     create_endpoint(api, receiver.url("/lost"), event_types=["lost.*"])
-    lost = api.post("events", {"type": "lost.thing", "data": {}}).json()["deliveries"][0]["id"]
+    lost = api.delivery_id("lost.thing")
     (message,) = [raw for raw, _, args in broker.messages(settings.CELERY_TASK_DEFAULT_QUEUE) if lost in args[0]]
     broker.redis.lrem(settings.CELERY_TASK_DEFAULT_QUEUE, 1, message)
     # ... and, queued after it (the redispatch window later), about 12 s of slow deliveries for a
@@ -128,7 +127,7 @@ def test_a_recovered_delivery_is_not_held_back_by_a_backlog(api, receiver, proce
     receiver.script("/slow", *[Answer(delay=0.8)] * 15)
     slow = []
     for n in range(15):  # one message each (a relay publishing them together would make one message)
-        slow.append(api.post("events", {"type": "slow.thing", "data": {"n": n}}).json()["deliveries"][0]["id"])
+        slow.append(api.delivery_id("slow.thing", {"n": n}))
         broker.relay()
     processes(celery_worker("backlogged"))
     processes(celery_beat())
@@ -152,7 +151,7 @@ def test_a_publish_the_broker_refused_is_unmarked_and_sent_when_it_is_back_witho
     create_endpoint(api, receiver.url())
     try:
         broker.stop()
-        delivery_id = api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
+        delivery_id = api.delivery_id("invoice.paid")
         wait_until(lambda: "delivery.enqueue_failed" in worker.output(), timeout=20, message="a failed publish")
         outbox = DeliveryOutbox.objects.filter(delivery_id=delivery_id)
         samples = []

@@ -24,9 +24,7 @@ def _endpoint(api, receiver, path="/hook", **extra):
 
 
 def _event(api, data=None):
-    response = api.post("events", {"type": "invoice.paid", "data": data or {"invoice": "in_1"}})
-    assert response.status_code == 202
-    return response.json()
+    return api.send_event("invoice.paid", data or {"invoice": "in_1"})
 
 
 def _status(api, delivery_id, *wanted):
@@ -124,7 +122,7 @@ def test_a_hanging_receiver_is_a_timed_out_attempt_and_frees_the_worker(api, rec
     receiver.script("/slow", Answer(delay=10))
     slow_event = _event(api)
     receiver.wait_for(1, "/slow")
-    fast_event = api.post("events", {"type": "customer.created", "data": {}}).json()
+    fast_event = api.send_event("customer.created")
     assert fast_event["deliveries"][0]["endpoint_id"] == fast["id"]
     # the one-process worker is back well before the receiver would have answered
     detail = wait_until(lambda: _status(api, fast_event["deliveries"][0]["id"], "succeeded"), timeout=8)

@@ -15,10 +15,6 @@ from webhooks.models import Delivery, DeliveryAttempt
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def _post(api, event_type, n):
-    return api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-
-
 def _max_overlap(delivery_ids) -> int:
     """Most attempts of these deliveries in flight at one moment, from Herald's own attempt records."""
     edges = []
@@ -42,7 +38,7 @@ def test_the_cap_holds_across_two_workers_and_a_freed_slot_is_handed_on_without_
 
     # when 30 deliveries arrive at once
     started = time.monotonic()
-    ids = [_post(api, "invoice.paid", n) for n in range(30)]
+    ids = [api.delivery_id("invoice.paid", {"n": n}) for n in range(30)]
 
     # then they all go out, three at a time, each once: parked deliveries were handed on by the
     # attempts that freed their slots (there is no beat to find them)
@@ -61,13 +57,13 @@ def test_a_hanging_endpoint_holds_back_no_other(api, receiver, processes):
     create_endpoint(api, receiver.url("/hang"), event_types=["hang.*"], max_in_flight=2)
     create_endpoint(api, receiver.url("/ok"), event_types=["ok.*"])
     receiver.script("/hang", *[Answer(delay=8)] * 40)
-    hanging = [_post(api, "hang.thing", n) for n in range(30)]
+    hanging = [api.delivery_id("hang.thing", {"n": n}) for n in range(30)]
     receiver.wait_for(2, "/hang")
 
     # when a healthy endpoint of the same tenant gets an event every 100 ms
     posted = {}
     for n in range(20):
-        posted[_post(api, "ok.thing", n)] = time.monotonic()
+        posted[api.delivery_id("ok.thing", {"n": n})] = time.monotonic()
         time.sleep(0.1)
     received = receiver.wait_for(20, "/ok", timeout=20)
 
@@ -84,7 +80,7 @@ def test_the_default_worker_keeps_hundreds_of_attempts_in_flight_on_a_bounded_co
     for n in range(40):
         create_endpoint(api, receiver.url(f"/slow/{n}"), event_types=[f"slow{n}.*"])
         receiver.script(f"/slow/{n}", *[Answer(delay=1.0)] * 20)
-    ids = [_post(api, f"slow{n % 40}.thing", n) for n in range(400)]
+    ids = [api.delivery_id(f"slow{n % 40}.thing", {"n": n}) for n in range(400)]
 
     samples = []
     stop = threading.Event()

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _delivery(api, url, **extra):
     assert api.post("endpoints", {"url": url, **extra}).status_code == 201
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    return event["deliveries"][0]["id"]
+    return api.delivery_id("invoice.paid")
 
 
 def test_429_with_retry_after_pushes_the_next_attempt_later(api, receiver, settings):
@@ -81,10 +80,10 @@ def test_a_host_that_resolves_to_loopback_only_at_delivery_time_is_refused(api, 
         url = f"http://{name}:{receiver.port}/hook"
         response = api.post("endpoints", {"url": url})
         assert response.status_code == 201, response.content
-        event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+        delivery_id = api.delivery_id("invoice.paid")
         point("127.0.0.1")  # rebinds to loopback before the delivery
-        delivery_attempt(delivery_id=event["deliveries"][0]["id"])
-    (attempt,) = api.get(f"deliveries/{event['deliveries'][0]['id']}").json()["attempts"]
+        delivery_attempt(delivery_id=delivery_id)
+    (attempt,) = api.get(f"deliveries/{delivery_id}").json()["attempts"]
     assert attempt["response_status"] is None and "blocked" in attempt["error"]
     assert receiver.received == []
 

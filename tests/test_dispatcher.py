@@ -25,8 +25,7 @@ MAIN = settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 def _deliveries(api, count):
-    return [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["deliveries"][0]["id"]
-            for n in range(count)]
+    return [api.delivery_id("invoice.paid", {"n": n}) for n in range(count)]
 
 
 def _published_ago(ids, seconds):

@@ -17,8 +17,9 @@ from cryptography.x509.oid import NameOID
 from django.core.management import call_command
 from django.db import connection
 
-from tests.access_servers import TlsReceiver, TokenServer, free_port
+from tests.access_servers import TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
+from tests.processes import free_port
 from tests.receiver import Answer
 from webhooks import access
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
@@ -56,12 +57,6 @@ def _client_cert(ca, name="client.herald-test.example") -> dict:
     issued = ca.issue_cert(name)
     return {"certificate": issued.cert_chain_pems[0].bytes().decode(),
             "private_key": issued.private_key_pem.bytes().decode()}
-
-
-def _send_event(api) -> str:
-    response = api.post("events", {"type": "invoice.paid", "data": {"n": 1}})
-    assert response.status_code == 202, response.content
-    return response.json()["deliveries"][0]["id"]
 
 
 def _attempts(delivery_id):
@@ -152,7 +147,7 @@ def test_headers_are_stored_encrypted_and_only_their_names_are_shown(api):
 def test_headers_and_basic_auth_reach_the_receiver_on_every_attempt(api, receiver):
     create_endpoint(api, receiver.url(), headers={"X-Api-Key": HEADER_VALUE},
                     auth={"type": "basic", "username": "herald", "password": PASSWORD})
-    delivery_id = _send_event(api)
+    delivery_id = api.delivery_id("invoice.paid")
     receiver.script("/hook", 500)
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
     _due_now(delivery_id)
@@ -170,10 +165,8 @@ def test_bearer_auth_and_headers_on_the_engine(api, receiver, engine):
     endpoint = create_endpoint(api, receiver.url(), auth={"type": "bearer", "token": BEARER},
                                headers={"X-Team": "payments"})
     assert endpoint["auth"] == {"type": "bearer"}
-    ids = [_send_event(api) for _ in range(5)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    ids = [api.delivery_id("invoice.paid") for _ in range(5)]
+    assert engine.run(ids)
     requests = receiver.wait_for(5)
     assert {r.headers["authorization"] for r in requests} == {f"Bearer {BEARER}"}
     assert {r.headers["x-team"] for r in requests} == {"payments"}
@@ -182,7 +175,7 @@ def test_bearer_auth_and_headers_on_the_engine(api, receiver, engine):
 
 def test_an_endpoint_without_access_sends_no_authorization(api, receiver):
     create_endpoint(api, receiver.url())
-    assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
+    assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
     assert "authorization" not in receiver.wait_for(1)[0].headers
 
 
@@ -192,7 +185,7 @@ def test_a_change_of_headers_or_auth_takes_effect_on_the_next_attempt(api, recei
     must reach the very next attempt, on the engine and on a task's own thread alike."""
     endpoint = create_endpoint(api, receiver.url(), headers={"X-Api-Key": "first-value"},
                                auth={"type": "bearer", "token": BEARER})
-    engine.submit(_send_event(api))
+    engine.submit(api.delivery_id("invoice.paid"))
     assert engine.drain(10)
     first, = receiver.wait_for(1)
     assert (first.headers["x-api-key"], first.headers["authorization"]) == ("first-value", f"Bearer {BEARER}")
@@ -201,14 +194,14 @@ def test_a_change_of_headers_or_auth_takes_effect_on_the_next_attempt(api, recei
         "headers": {"X-Api-Key": "second-value", "X-More": "1"},
         "auth": {"type": "basic", "username": "herald", "password": PASSWORD}})
     assert changed.status_code == 200, changed.content
-    engine.submit(_send_event(api))
+    engine.submit(api.delivery_id("invoice.paid"))
     assert engine.drain(10)
     second = receiver.wait_for(2)[1]
     assert (second.headers["x-api-key"], second.headers["x-more"]) == ("second-value", "1")
     assert second.headers["authorization"] == "Basic " + base64.b64encode(f"herald:{PASSWORD}".encode()).decode()
 
     assert api.patch(f"endpoints/{endpoint['id']}", {"headers": None, "auth": None}).status_code == 200
-    assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
+    assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
     third = receiver.wait_for(3)[2]
     assert "x-api-key" not in third.headers and "x-more" not in third.headers
     assert "authorization" not in third.headers
@@ -222,9 +215,7 @@ def test_every_delivery_of_a_claimed_batch_carries_its_endpoints_access(api, rec
     create_endpoint(api, receiver.url("/plain"))
     ids = []
     for n in range(3):
-        response = api.post("events", {"type": "invoice.paid", "data": {"n": n}})
-        assert response.status_code == 202, response.content
-        ids += [d["id"] for d in response.json()["deliveries"]]
+        ids += [d["id"] for d in api.send_event("invoice.paid", {"n": n})["deliveries"]]
     claims = deliveries_claim(delivery_ids=ids).claims
     assert sorted(claims) == sorted(ids)
     guarded_claims = [c for c in claims.values() if c.endpoint_id == guarded["id"]]
@@ -339,7 +330,7 @@ def test_mutual_tls_with_the_certificate_and_not_without(api, ca, ca_bundle, eng
     server = TlsReceiver(ca, client_ca=ca)
     try:
         endpoint = create_endpoint(api, server.url())
-        refused = _send_event(api)
+        refused = api.delivery_id("invoice.paid")
         assert delivery_attempt(delivery_id=refused) == Delivery.PENDING  # no certificate: the handshake fails
         assert _attempts(refused)[0].error and server.seen == []
 
@@ -354,11 +345,9 @@ def test_mutual_tls_with_the_certificate_and_not_without(api, ca, ca_bundle, eng
         assert b"PRIVATE KEY" not in patched.content and b"PRIVATE KEY" not in api.get("endpoints").content
         assert "PRIVATE KEY" not in _stored_text()
 
-        assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
-        ids = [_send_event(api) for _ in range(3)]
-        for delivery_id in ids:
-            engine.submit(delivery_id)
-        assert engine.drain(10)
+        assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
+        ids = [api.delivery_id("invoice.paid") for _ in range(3)]
+        assert engine.run(ids)
         assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 3
         assert len(server.seen) == 4
         assert all(f"organizationalUnitName={unit}" in seen.client_subject for seen in server.seen)
@@ -370,7 +359,7 @@ def test_a_receiver_certificate_for_another_name_fails_verification(api, ca, ca_
     server = TlsReceiver(ca, hostnames=("other.example",))
     try:
         create_endpoint(api, server.url())
-        delivery_id = _send_event(api)
+        delivery_id = api.delivery_id("invoice.paid")
         assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
         assert _attempts(delivery_id)[0].error.startswith("tls_error")
     finally:
@@ -389,7 +378,7 @@ def _oauth_endpoint(api, url, token_server, **extra):
 def test_one_token_per_expiry_window_and_a_new_one_after_a_401(api, receiver, token_server):
     token_server.expires_in = 3
     _oauth_endpoint(api, receiver.url(), token_server, scope="webhooks:write", audience="https://rcv.example")
-    assert [delivery_attempt(delivery_id=_send_event(api)) for _ in range(3)] == [Delivery.SUCCEEDED] * 3
+    assert [delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) for _ in range(3)] == [Delivery.SUCCEEDED] * 3
     assert len(token_server.requests) == 1  # reused
     request = token_server.requests[0]
     assert request.form == {"grant_type": ["client_credentials"], "scope": ["webhooks:write"],
@@ -399,7 +388,7 @@ def test_one_token_per_expiry_window_and_a_new_one_after_a_401(api, receiver, to
     assert {r.headers["authorization"] for r in receiver.wait_for(3)} == {"Bearer tok-1"}
 
     receiver.script("/hook", 401)  # the endpoint no longer takes tok-1
-    refused = _send_event(api)
+    refused = api.delivery_id("invoice.paid")
     assert delivery_attempt(delivery_id=refused) == Delivery.PENDING
     assert len(token_server.requests) == 1
     _due_now(refused)
@@ -408,17 +397,15 @@ def test_one_token_per_expiry_window_and_a_new_one_after_a_401(api, receiver, to
     assert receiver.received[-1].headers["authorization"] == "Bearer tok-2"
 
     time.sleep(3.1)  # tok-2 expires (it is dropped shortly before)
-    assert delivery_attempt(delivery_id=_send_event(api)) == Delivery.SUCCEEDED
+    assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
     assert len(token_server.requests) == 3
     assert receiver.received[-1].headers["authorization"] == "Bearer tok-3"
 
 
 def test_concurrent_attempts_on_the_engine_share_one_token(api, receiver, token_server, engine):
     _oauth_endpoint(api, receiver.url(), token_server)
-    ids = [_send_event(api) for _ in range(10)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    ids = [api.delivery_id("invoice.paid") for _ in range(10)]
+    assert engine.run(ids)
     assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 10
     assert len(token_server.requests) == 1
     assert {r.headers["authorization"] for r in receiver.wait_for(10)} == {"Bearer tok-1"}
@@ -430,7 +417,7 @@ def test_a_failing_token_endpoint_is_a_failed_attempt_counted_by_the_breaker(api
     endpoint = create_endpoint(api, receiver.url(), auth={
         "type": "oauth2_client_credentials", "token_url": token_server.url, "client_id": token_server.client_id,
         "client_secret": "wrong-secret"})
-    first = _send_event(api)
+    first = api.delivery_id("invoice.paid")
     assert delivery_attempt(delivery_id=first) == Delivery.PENDING
     attempt = _attempts(first)[0]
     assert attempt.error.startswith("oauth2_token:") and "invalid_client" in attempt.error
@@ -438,7 +425,7 @@ def test_a_failing_token_endpoint_is_a_failed_attempt_counted_by_the_breaker(api
     assert Endpoint.objects.get(pk=endpoint["id"]).consecutive_failures == 1
 
     token_server.fail.append((500, {"oops": True}))
-    second = _send_event(api)
+    second = api.delivery_id("invoice.paid")
     engine.submit(second)
     assert engine.drain(10)
     assert _attempts(second)[0].error.startswith("oauth2_token:")
@@ -447,7 +434,7 @@ def test_a_failing_token_endpoint_is_a_failed_attempt_counted_by_the_breaker(api
     api.patch(f"endpoints/{endpoint['id']}", {"auth": {  # a token endpoint that is not there
         "type": "oauth2_client_credentials", "token_url": f"http://127.0.0.1:{free_port()}/token",
         "client_id": "c", "client_secret": "s"}})
-    third = _send_event(api)
+    third = api.delivery_id("invoice.paid")
     assert delivery_attempt(delivery_id=third) == Delivery.PENDING
     assert _attempts(third)[0].error.startswith("oauth2_token: connection_error")
     tripped = Endpoint.objects.get(pk=endpoint["id"])
@@ -465,7 +452,7 @@ def test_a_slow_token_endpoint_is_bounded_by_the_attempt_deadline(api, receiver,
         create_endpoint(api, receiver.url(), auth={
             "type": "oauth2_client_credentials", "token_url": f"http://127.0.0.1:{listener.getsockname()[1]}/t",
             "client_id": "c", "client_secret": "s"})
-        delivery_id = _send_event(api)
+        delivery_id = api.delivery_id("invoice.paid")
         started = time.monotonic()
         assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
         assert time.monotonic() - started < 2
@@ -483,10 +470,8 @@ def test_secrets_are_never_logged(api, receiver, token_server, caplog, engine):
     create_endpoint(api, receiver.url("/basic"), headers={"X-Api-Key": HEADER_VALUE},
                     auth={"type": "basic", "username": "u", "password": PASSWORD})
     receiver.script("/hook", 401)
-    ids = [_send_event(api) for _ in range(2)]
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    ids = [api.delivery_id("invoice.paid") for _ in range(2)]
+    assert engine.run(ids)
     for delivery_id in ids:
         delivery_attempt(delivery_id=delivery_id)
     claims = deliveries_claim(delivery_ids=ids).claims
@@ -529,7 +514,7 @@ def test_rotation_re_encrypts_the_access_secrets(api, settings, ca):
 def test_access_that_no_key_opens_is_never_sent_without_it(api, settings, receiver):
     settings.HERALD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
     create_endpoint(api, receiver.url(), auth={"type": "bearer", "token": BEARER})
-    delivery_id = _send_event(api)
+    delivery_id = api.delivery_id("invoice.paid")
     EndpointAccess.objects.update(encrypted_auth_secret=Fernet(Fernet.generate_key()).encrypt(b"x").decode())
     assert deliveries_claim(delivery_ids=[delivery_id]).claims == {}
     assert receiver.received == []

@@ -86,8 +86,7 @@ def test_list_is_cursor_paginated(api):
 
 def test_delete_cancels_pending_deliveries(api):
     endpoint = _create(api)
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    delivery_id = event["deliveries"][0]["id"]
+    delivery_id = api.delivery_id("invoice.paid")
     assert api.delete(f"endpoints/{endpoint['id']}").status_code == 204
     assert Delivery.objects.get(pk=delivery_id).status == Delivery.CANCELLED
 

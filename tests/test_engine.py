@@ -22,8 +22,7 @@ def _deliveries(api, url, count, **endpoint):
     event_type = "t" + url.rsplit("/", 1)[-1] + ".happened"
     response = api.post("endpoints", {"url": url, "event_types": [event_type], **endpoint})
     assert response.status_code == 201, response.content
-    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-            for n in range(count)]
+    return [api.delivery_id(event_type, {"n": n}) for n in range(count)]
 
 
 def _statuses(ids):
@@ -34,9 +33,7 @@ def test_attempts_overlap_and_each_is_recorded_once(api, receiver, engine):
     ids = _deliveries(api, receiver.url(), 30, max_in_flight=100)
     receiver.script("/hook", *[Answer(delay=0.5)] * 30)
     started = time.monotonic()
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)
     elapsed = time.monotonic() - started
     assert set(_statuses(ids).values()) == {"succeeded"}
     assert elapsed < 2.5, f"30 attempts to a 0.5 s receiver took {elapsed:.1f}s: they did not overlap"
@@ -49,9 +46,7 @@ def test_a_batch_of_claims_respects_the_cap_and_freed_slots_are_taken_without_th
     ids = _deliveries(api, receiver.url(), 8, max_in_flight=3)
     broker.clear()
     receiver.script("/hook", *[Answer(delay=0.3)] * 8)
-    for delivery_id in ids:  # all in one turn of the engine, so one batch claim: 3 go, 5 are parked
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)  # all in one turn of the engine, so one batch claim: 3 go, 5 are parked
     # each finished attempt gave its slot to a parked delivery, which the engine claimed itself
     assert set(_statuses(ids).values()) == {"succeeded"}
     assert receiver.path_max_in_flight["/hook"] == 3
@@ -67,9 +62,7 @@ def test_timeouts_errors_and_private_addresses_on_the_multi_handle(api, receiver
     receiver.script("/fail", 500, Answer(status=503, headers=(("Retry-After", "7"),)))
     ok = _deliveries(api, receiver.url("/ok"), 2)
     started = time.monotonic()
-    for delivery_id in hanging + failing + ok:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(hanging + failing + ok)
     assert time.monotonic() - started < 4  # WEBHOOK_TIMEOUT_SECONDS is 2 in tests
     attempts = {a.delivery_id: a for a in DeliveryAttempt.objects.filter(delivery_id__in=hanging + failing + ok)}
     assert all("timeout" in attempts[i].error and attempts[i].response_status is None for i in hanging)
@@ -88,9 +81,7 @@ def test_timeouts_errors_and_private_addresses_on_the_multi_handle(api, receiver
 def test_only_4_kib_of_an_answer_is_kept_on_the_multi_handle(api, receiver, engine):
     ids = _deliveries(api, receiver.url("/big"), 2)
     receiver.script("/big", Answer(body=b"x" * 100_000), Answer(body=b"y" * 10))
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)
     bodies = sorted(DeliveryAttempt.objects.filter(delivery_id__in=ids).values_list("response_body", flat=True))
     assert bodies == ["x" * 4096, "y" * 10]
     assert set(_statuses(ids).values()) == {"succeeded"}
@@ -112,17 +103,13 @@ def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
         cursor.execute("ALTER FUNCTION herald_delivery_claim_many(varchar[], double precision, integer) "
                        "RENAME TO herald_delivery_claim_many_away")
     try:
-        for delivery_id in ids:
-            engine.submit(delivery_id)
-        assert engine.drain(10)  # the failed batch gave its slots back
+        assert engine.run(ids)  # the failed batch gave its slots back
         assert set(_statuses(ids).values()) == {"pending"} and receiver.received == []
     finally:
         with connection.cursor() as cursor:
             cursor.execute("ALTER FUNCTION herald_delivery_claim_many_away(varchar[], double precision, integer) "
                            "RENAME TO herald_delivery_claim_many")
-    for delivery_id in ids:  # what the dispatcher would publish again
-        engine.submit(delivery_id)
-    assert engine.drain(10)
+    assert engine.run(ids)  # what the dispatcher would publish again
     assert set(_statuses(ids).values()) == {"succeeded"}
 
 

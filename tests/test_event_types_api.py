@@ -6,6 +6,7 @@ import threading
 import pytest
 from django.db import connection, connections
 
+from testkit.local_server import LocalServer, QuietHandler
 from tests.conftest import Api
 from webhooks import event_schemas
 from webhooks.models import Delivery, DeliveryOutbox, Event, EventType
@@ -329,11 +330,9 @@ def test_schemathesis_finds_no_5xx_in_the_catalog_written_by_the_platform(platfo
 def test_a_schema_never_makes_herald_fetch_a_ref(platform, api):
     """jsonschema, left to itself, fetches an unknown `$ref` URL: a schema could make Herald call any address.
     A real local server counts what reaches it, on write and at intake."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     hits = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self):
             hits.append(self.path)
             body = b'{"type": "integer"}'
@@ -343,12 +342,8 @@ def test_a_schema_never_makes_herald_fetch_a_ref(platform, api):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/schema.json"
+    server = LocalServer(Handler)
+    url = f"http://127.0.0.1:{server.port}/schema.json"
     try:
         refused = platform.post("event-types", {"name": "remote.ref", "schema": {
             "type": "object", "properties": {"amount": {"$ref": url}}}})
@@ -360,6 +355,6 @@ def test_a_schema_never_makes_herald_fetch_a_ref(platform, api):
         at_intake = api.post("events", {"type": "nested.ref", "data": {"amount": 5}})
         assert at_intake.status_code == 400 and list(at_intake.json()["errors"]) == ["/data"]
     finally:
-        server.shutdown()
+        server.close()
     assert hits == []
     assert not Event.objects.exists()

@@ -46,7 +46,7 @@ def test_fan_out_matches_types_prefixes_channels_and_skips_disabled(api, other_a
 def test_an_event_without_channels_skips_endpoints_that_have_channels(api):
     _endpoint(api, "https://eu.example.com/", channels=["eu"])
     plain = _endpoint(api, "https://plain.example.com/")
-    event = api.post("events", {"type": "a.b", "data": {}}).json()
+    event = api.send_event("a.b")
     assert [d["endpoint_id"] for d in event["deliveries"]] == [plain]
 
 
@@ -66,7 +66,7 @@ def test_a_large_fan_out_is_published_in_messages_of_a_chunk_each(api, broker, s
     settings.WEBHOOK_ENQUEUE_CHUNK = 5
     for n in range(12):
         _endpoint(api, f"https://{n}.example.com/")
-    event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    event = api.send_event("invoice.paid")
     published = broker.published()
     assert [(task, len(args[0]), args[1]) for task, args in published] == [
         ("webhooks.deliver_many", size, settings.CELERY_TASK_DEFAULT_QUEUE) for size in (5, 5, 2)]
@@ -75,7 +75,7 @@ def test_a_large_fan_out_is_published_in_messages_of_a_chunk_each(api, broker, s
 
 def test_intake_publishes_nothing_itself_and_a_relay_publishes_many_requests_in_one_message(api, broker):
     _endpoint(api, "https://a.example.com/")
-    events = [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json() for n in range(4)]
+    events = [api.send_event("invoice.paid", {"n": n}) for n in range(4)]
     ids = [e["deliveries"][0]["id"] for e in events]
     assert publisher.flush(5) and broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0
     assert DeliveryOutbox.objects.filter(delivery_id__in=ids, published_at__isnull=True).count() == 4
@@ -91,7 +91,7 @@ def test_the_doorbell_wakes_a_relay_at_once(api, broker, settings):
     try:
         time.sleep(0.3)  # subscribed
         started = time.monotonic()
-        event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+        event = api.send_event("invoice.paid")
         wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=5,
                    message="the relay published the delivery")
         assert time.monotonic() - started < 2
@@ -120,7 +120,7 @@ def test_enqueue_happens_after_commit_and_never_after_rollback(api, broker):
 
 
 def test_event_payload_is_built_once_as_the_webhook_body(api):
-    event = api.post("events", {"type": "invoice.paid", "data": {"b": 1, "a": [1, 2]}}).json()
+    event = api.send_event("invoice.paid", {"b": 1, "a": [1, 2]})
     stored = bytes(Event.objects.get(pk=event["id"]).payload)
     assert stored.startswith(b'{"type":"invoice.paid","timestamp":"')
     assert stored.endswith(b'"data":{"b":1,"a":[1,2]}}')
@@ -128,8 +128,8 @@ def test_event_payload_is_built_once_as_the_webhook_body(api):
 
 def test_get_events_with_delivery_statuses_and_type_filter(api, other_api):
     endpoint = _endpoint(api, "https://a.example.com/")
-    paid = api.post("events", {"type": "invoice.paid", "data": {"n": 1}}).json()
-    created = api.post("events", {"type": "customer.created", "data": {"n": 2}}).json()
+    paid = api.send_event("invoice.paid", {"n": 1})
+    created = api.send_event("customer.created", {"n": 2})
     Delivery.objects.filter(event_id=paid["id"]).update(status=Delivery.SUCCEEDED)
 
     listed = api.get("events").json()
@@ -163,8 +163,7 @@ def test_an_event_renders_exactly_as_drfs_fields_would_render_it(api):
 
     _endpoint(api, "https://a.example.com/")
     _endpoint(api, "https://eu.example.com/", channels=["eu"])
-    posted = api.post("events", {"type": "invoice.paid", "data": {"n": [1, {"b": None}], "é": "ü"},
-                                 "channels": ["eu"]}).json()
+    posted = api.send_event("invoice.paid", {"n": [1, {"b": None}], "é": "ü"}, channels=["eu"])
     for event in (Event.objects.get(pk=posted["id"]),  # read back, deliveries from the database
                   event_ingest(tenant=api.tenant, event_type="a.b", data=[1, 2], channels=[])):  # fresh
         fast = EventOutput(event).data
@@ -182,7 +181,7 @@ def test_with_the_doorbell_down_a_relay_still_publishes_by_polling(api, broker, 
     _endpoint(api, "https://a.example.com/")
     relay = Relay()
     try:
-        event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+        event = api.send_event("invoice.paid")
         assert event["deliveries"]  # the client got its 202 regardless
         wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=5,
                    message="the relay published the delivery by polling")

@@ -2,12 +2,10 @@
 forwarding to real local HTTP servers: signed messages arrive as Herald signed them, in event order, one
 line each; they are acknowledged once forwarded; an unreachable local server keeps them; SIGINT deletes
 the endpoint it made."""
-import http.server
 import json
 import re
 import signal
 import sys
-import threading
 import time
 import uuid
 
@@ -15,6 +13,7 @@ import pytest
 import requests
 from standardwebhooks import Webhook
 
+from testkit.local_server import LocalServer, QuietHandler
 from tests.conftest import subprocess_env, wait_until
 from tests.processes import BIN, RUN_DIR, Process, free_port, gunicorn
 from webhooks.models import Delivery, Endpoint, Event
@@ -125,22 +124,17 @@ class LateServer:
     def start(self):
         bodies = self.bodies
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
                 bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
                 self.send_response(204)
                 self.end_headers()
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LocalServer(Handler, self.port)
 
     def close(self):
         if self.server:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.close()
 
 
 def test_an_unreachable_local_server_keeps_the_messages_until_it_answers_in_order(server, api):

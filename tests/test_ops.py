@@ -69,7 +69,7 @@ def test_healthz_is_503_when_either_is_down(broken, env):
 
 def test_delivery_state_gauges_come_from_the_database(api):
     assert api.post("endpoints", {"url": "https://a.example.com/"}).status_code == 201
-    ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(3)]
+    ids = [api.delivery_id("a.b") for _ in range(3)]
     # one due for 90 s and not yet published, one failed (its outbox row consumed by its claim)
     Delivery.objects.filter(pk=ids[0]).update(next_attempt_at=timezone.now() - timedelta(seconds=90))
     DeliveryOutbox.objects.filter(delivery_id=ids[0]).update(due_at=timezone.now() - timedelta(seconds=90))
@@ -168,7 +168,7 @@ def test_pending_and_failed_counts_stay_exact_through_every_writer(api, receiver
 
     ids = {path: [] for path in "abc"}
     for _ in range(4):  # intake: three pending deliveries each
-        for delivery in api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"]:
+        for delivery in api.send_event("a.b")["deliveries"]:
             ids[{a.pk: "a", b.pk: "b", c.pk: "c"}[delivery["endpoint_id"]]].append(delivery["id"])
     check("intake")
     assert delivery_attempt(delivery_id=ids["a"][0]) == Delivery.SUCCEEDED
@@ -241,7 +241,7 @@ def test_attempts_are_counted_by_endpoint_class(api, receiver):
                 if name == "herald_delivery_attempts_total"}
 
     assert api.post("endpoints", {"url": receiver.url("/x")}).status_code == 201
-    ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(4)]
+    ids = [api.delivery_id("a.b") for _ in range(4)]
     receiver.script("/x", Answer(500), Answer(500), Answer(500))
     before = attempts()
     for delivery_id in ids[:2]:

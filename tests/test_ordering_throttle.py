@@ -13,8 +13,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _post(api, event_type, count):
-    return [api.post("events", {"type": event_type, "data": {"n": n}}).json()["deliveries"][0]["id"]
-            for n in range(count)]
+    return [api.delivery_id(event_type, {"n": n}) for n in range(count)]
 
 
 def _event_order(ids):
@@ -39,9 +38,7 @@ def test_a_fifo_endpoint_receives_one_at_a_time_in_event_order(api, receiver, en
     create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo", max_in_flight=50)
     ids = _post(api, "fifo.happened", 8)
     receiver.script("/fifo", *[Answer(delay=0.05)] * 8)
-    for delivery_id in reversed(ids):  # handed over newest first, in one batch: order is the endpoint's job
-        engine.submit(delivery_id)
-    assert engine.drain(15)
+    assert engine.run(reversed(ids), 15)  # handed over newest first, in one batch: order is the endpoint's job
     assert all_succeeded(ids)
     assert [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")] == _event_order(ids)
     assert receiver.path_max_in_flight["/fifo"] == 1
@@ -51,16 +48,12 @@ def test_a_failing_head_holds_the_rest_until_its_retry_succeeds(api, receiver, e
     create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo")
     ids = _post(api, "fifo.happened", 5)
     receiver.script("/fifo", 500)  # the head's first attempt; everything else answers 200
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(15)
+    assert engine.run(ids, 15)
     # the head failed and waits for its retry (1 s in tests); the others are parked behind it
     assert [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")] == _event_order(ids)[:1]
     assert Delivery.objects.filter(pk__in=ids[1:], parked_at__isnull=False).count() == 4
     time.sleep(1.1)
-    for delivery_id in deliveries_dispatch_due():  # what beat does: the head's retry has come due
-        engine.submit(delivery_id)
-    assert engine.drain(15)
+    assert engine.run(deliveries_dispatch_due(), 15)  # what beat does: the head's retry has come due
     assert all_succeeded(ids)
     arrivals = [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")]
     assert arrivals == _event_order(ids[:1]) + _event_order(ids)
@@ -70,15 +63,11 @@ def test_a_failing_head_holds_the_rest_until_its_retry_succeeds(api, receiver, e
 def test_a_manual_retry_of_an_earlier_delivery_goes_next_and_reorders_nothing_delivered(api, receiver, engine):
     create_endpoint(api, receiver.url("/fifo"), event_types=["fifo.*"], ordering="fifo")
     ids = _post(api, "fifo.happened", 3)
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(15) and all_succeeded(ids)
+    assert engine.run(ids, 15) and all_succeeded(ids)
     retried = api.post(f"deliveries/{ids[0]}/retry").json()
     assert retried["status"] == "pending"
     later = _post(api, "fifo.happened", 1)
-    for delivery_id in later + [ids[0]]:  # the new event's task may well run first
-        engine.submit(delivery_id)
-    assert engine.drain(15)
+    assert engine.run(later + [ids[0]], 15)  # the new event's task may well run first
     arrivals = [r.headers["webhook-id"] for r in receiver.requests_to("/fifo")]
     assert arrivals == _event_order(ids) + _event_order(ids[:1]) + _event_order(later)
 
@@ -89,9 +78,7 @@ def test_switching_to_fifo_applies_from_the_next_claim(api, receiver, engine):
     assert api.patch(f"endpoints/{endpoint['id']}", {"ordering": "fifo"}).json()["ordering"] == "fifo"
     ids = _post(api, "switch.happened", 6)
     receiver.script("/switch", *[Answer(delay=0.05)] * 6)
-    for delivery_id in ids:
-        engine.submit(delivery_id)
-    assert engine.drain(15)
+    assert engine.run(ids, 15)
     assert receiver.path_max_in_flight["/switch"] == 1
     assert [r.headers["webhook-id"] for r in receiver.requests_to("/switch")] == _event_order(ids)
 

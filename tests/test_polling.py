@@ -24,7 +24,7 @@ def poll_endpoint(api, **extra) -> dict:
 
 
 def post_events(api, count, event_type="invoice.paid"):
-    return [api.post("events", {"type": event_type, "data": {"n": n, "text": "é ✓"}}).json() for n in range(count)]
+    return [api.send_event(event_type, {"n": n, "text": "é ✓"}) for n in range(count)]
 
 
 def messages(api, endpoint, **params):

@@ -82,7 +82,7 @@ def test_the_session_ends_on_logout_and_after_its_hours(api, settings):
 
 def test_another_tenants_objects_are_not_found_and_nothing_of_theirs_changes(api, other_api):
     theirs = create_endpoint(other_api, "https://theirs.example.com/hook")
-    event = other_api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    event = other_api.send_event("invoice.paid")
     delivery_id = event["deliveries"][0]["id"]
     Delivery.objects.filter(pk=delivery_id).update(status=Delivery.FAILED)
     client = _portal(api)
@@ -170,8 +170,8 @@ def test_a_test_event_goes_to_that_endpoint_only_through_the_api_and_the_portal(
 def test_deliveries_filter_and_resend_with_attempts_shown(api):
     a = create_endpoint(api, "https://a.example.com/hook", event_types=["invoice.*"])
     create_endpoint(api, "https://b.example.com/hook", event_types=["customer.*"])
-    paid = api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
-    created = api.post("events", {"type": "customer.created", "data": {}}).json()["deliveries"][0]["id"]
+    paid = api.delivery_id("invoice.paid")
+    created = api.delivery_id("customer.created")
     delivery = Delivery.objects.get(pk=paid)
     DeliveryAttempt.objects.create(delivery=delivery, number=1, started_at=timezone.now(), duration_ms=12,
                                    response_status=500, response_body="boom on the first try")
@@ -189,7 +189,7 @@ def test_deliveries_filter_and_resend_with_attempts_shown(api):
 
 def test_the_chart_counts_the_last_days_deliveries_by_outcome(api):
     endpoint = create_endpoint(api, "https://a.example.com/hook")
-    ids = [api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"] for _ in range(3)]
+    ids = [api.delivery_id("a.b") for _ in range(3)]
     Delivery.objects.filter(pk=ids[0]).update(status=Delivery.SUCCEEDED)
     Delivery.objects.filter(pk=ids[1]).update(status=Delivery.FAILED)
     page = _portal(api).get("/portal/").content.decode()
@@ -205,9 +205,9 @@ def test_a_portal_link_is_for_an_authenticated_credential_only(api):
 def test_events_are_listed_by_type_with_their_deliveries_and_only_the_tenants(api, other_api):
     create_endpoint(api, "https://a.example.com/hook")
     create_endpoint(other_api, "https://b.example.com/hook")
-    paid = api.post("events", {"type": "invoice.paid", "data": {}}).json()
-    created = api.post("events", {"type": "customer.created", "data": {}}).json()
-    theirs = other_api.post("events", {"type": "invoice.paid", "data": {}}).json()
+    paid = api.send_event("invoice.paid")
+    created = api.send_event("customer.created")
+    theirs = other_api.send_event("invoice.paid")
     client = _portal(api)
     listed = client.get("/portal/events").content.decode()
     assert paid["id"] in listed and created["id"] in listed and theirs["id"] not in listed

@@ -29,7 +29,7 @@ def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, re
     link = urlsplit(api.post("portal-links").json()["url"]).path
     other = make_api("globex")
     create_endpoint(other, "https://globex.example.com/hook")
-    their_delivery = other.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
+    their_delivery = other.delivery_id("invoice.paid")
     hook = receiver.url("/hook")
 
     def shot(page, name):

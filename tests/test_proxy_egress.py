@@ -31,46 +31,36 @@ def _hosts_entry(name, address):
 
 
 @pytest.fixture
-def http_proxy(tmp_path, settings):
-    proxy = Proxy("http", tmp_path)
+def proxy(request, tmp_path, settings):
+    """A proxy run for the test and set as WEBHOOK_PROXY_URL: tinyproxy ("http", unless the test passes
+    "socks5" with `parametrize(..., indirect=True)`) or microsocks."""
+    proxy = Proxy(getattr(request, "param", "http"), tmp_path)
     settings.WEBHOOK_PROXY_URL = proxy.url
     yield proxy
     proxy.stop()
-
-
-@pytest.fixture
-def socks_proxy(tmp_path, settings):
-    proxy = Proxy("socks5", tmp_path)
-    settings.WEBHOOK_PROXY_URL = proxy.url
-    yield proxy
-    proxy.stop()
-
-
-def _send(api) -> str:
-    return api.post("events", {"type": "invoice.paid", "data": {}}).json()["deliveries"][0]["id"]
 
 
 def _error(delivery_id) -> str:
     return DeliveryAttempt.objects.get(delivery_id=delivery_id).error
 
 
-def test_attempts_go_through_the_http_proxy_to_the_checked_address(api, receiver, http_proxy, engine):
+@pytest.mark.parametrize("proxy, connected", [("http", "CONNECT 127.0.0.1:{port}"),
+                                               ("socks5", "connected to 127.0.0.1:{port}")], indirect=["proxy"])
+def test_attempts_go_through_the_proxy_to_the_checked_address(api, receiver, proxy, connected, engine):
     with _hosts_entry(NAME, "127.0.0.1"):
         create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
-        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
-        ids = [_send(api) for _ in range(3)]
-        for delivery_id in ids:
-            engine.submit(delivery_id)
-        assert engine.drain(10)
+        assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
+        ids = [api.delivery_id("invoice.paid") for _ in range(3)]
+        assert engine.run(ids)
     assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 3
     assert len(receiver.wait_for(4)) == 4
-    log = http_proxy.log()
+    log = proxy.log()
     # the proxy was asked for the address Herald checked, never for the name (which it would resolve itself)
-    assert f"CONNECT 127.0.0.1:{receiver.port}" in log
+    assert connected.format(port=receiver.port) in log
     assert NAME not in log
 
 
-def test_tls_through_the_proxy_is_verified_against_the_url_host(api, http_proxy, tmp_path, settings):
+def test_tls_through_the_proxy_is_verified_against_the_url_host(api, proxy, tmp_path, settings):
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     settings.WEBHOOK_CA_BUNDLE = str(tmp_path / "ca.pem")
@@ -80,53 +70,40 @@ def test_tls_through_the_proxy_is_verified_against_the_url_host(api, http_proxy,
         with _hosts_entry(NAME, "127.0.0.1"):
             create_endpoint(api, good.url(NAME))
             create_endpoint(api, wrong.url(NAME))
-            event = api.post("events", {"type": "invoice.paid", "data": {}}).json()
+            event = api.send_event("invoice.paid")
             outcomes = {d["endpoint_id"]: delivery_attempt(delivery_id=d["id"]) for d in event["deliveries"]}
         assert sorted(outcomes.values()) == [Delivery.PENDING, Delivery.SUCCEEDED]
         assert len(good.seen) == 1 and wrong.seen == []
         failed = next(d["id"] for d in event["deliveries"] if outcomes[d["endpoint_id"]] == Delivery.PENDING)
         assert _error(failed).startswith("tls_error")
-        log = http_proxy.log()
+        log = proxy.log()
         assert f"CONNECT 127.0.0.1:{good.port}" in log and f"CONNECT 127.0.0.1:{wrong.port}" in log
     finally:
         good.close()
         wrong.close()
 
 
-def test_a_private_address_is_refused_before_the_proxy_is_asked(api, receiver, http_proxy, settings):
+def test_a_private_address_is_refused_before_the_proxy_is_asked(api, receiver, proxy, settings):
     with _hosts_entry(NAME, "127.0.0.1"):
         create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")  # created while private networks are allowed
         settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
-        delivery_id = _send(api)
+        delivery_id = api.delivery_id("invoice.paid")
         assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
     assert _error(delivery_id) == "blocked_address: 127.0.0.1 is not a public address"
     assert receiver.received == []
-    assert f":{receiver.port}" not in http_proxy.log()  # the proxy was never asked to connect there
+    assert f":{receiver.port}" not in proxy.log()  # the proxy was never asked to connect there
 
 
-def test_attempts_go_through_a_socks5_proxy(api, receiver, socks_proxy, engine):
-    with _hosts_entry(NAME, "127.0.0.1"):
-        create_endpoint(api, f"http://{NAME}:{receiver.port}/hook")
-        ids = [_send(api) for _ in range(2)]
-        for delivery_id in ids:
-            engine.submit(delivery_id)
-        assert engine.drain(10)
-    assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 2
-    log = socks_proxy.log()
-    assert f"connected to 127.0.0.1:{receiver.port}" in log
-    assert NAME not in log
-
-
-def test_oauth2_token_requests_go_through_the_proxy(api, receiver, http_proxy):
+def test_oauth2_token_requests_go_through_the_proxy(api, receiver, proxy):
     token_server = TokenServer()
     try:
         create_endpoint(api, receiver.url(), auth={
             "type": "oauth2_client_credentials", "token_url": token_server.url,
             "client_id": token_server.client_id, "client_secret": token_server.client_secret})
-        assert delivery_attempt(delivery_id=_send(api)) == Delivery.SUCCEEDED
+        assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
         assert len(token_server.requests) == 1
         assert receiver.wait_for(1)[0].headers["authorization"] == "Bearer tok-1"
-        log = http_proxy.log()
+        log = proxy.log()
         assert f"CONNECT 127.0.0.1:{token_server.port}" in log and f"CONNECT 127.0.0.1:{receiver.port}" in log
     finally:
         token_server.close()

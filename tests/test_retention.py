@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _events(api, count):
-    return [api.post("events", {"type": "invoice.paid", "data": {"n": n}}).json()["id"] for n in range(count)]
+    return [api.send_event("invoice.paid", {"n": n})["id"] for n in range(count)]
 
 
 def _finish(event_ids, status=Delivery.SUCCEEDED):

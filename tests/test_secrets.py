@@ -47,7 +47,7 @@ def test_rotation_re_encrypts_every_secret_under_the_first_key(api, settings):
 def test_without_the_keys_a_secret_cannot_be_read_and_nothing_is_sent_unsigned(api, settings):
     settings.HERALD_ENCRYPTION_KEYS = [_key()]
     create_endpoint(api, "https://a.example.com/")
-    delivery_id = api.post("events", {"type": "a.b", "data": {}}).json()["deliveries"][0]["id"]
+    delivery_id = api.delivery_id("a.b")
     settings.HERALD_ENCRYPTION_KEYS = [_key()]  # the configured key was lost
     with pytest.raises(crypto.InvalidToken):
         EndpointSecret.objects.get().secret

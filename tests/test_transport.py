@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
 import socket
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.local_server import LocalServer, QuietHandler
 from webhooks.transport import AttemptResult, ascii_url, check_url_host, is_public_address, send
 
 TIMEOUT = 0.5
@@ -43,8 +43,8 @@ class Receiver:
     release: threading.Event = field(default_factory=threading.Event)
 
 
-def _start_receiver(respond: Callable[[Call, Receiver], Reply]) -> tuple[Receiver, http.server.HTTPServer]:
-    class Handler(http.server.BaseHTTPRequestHandler):
+def _start_receiver(respond: Callable[[Call, Receiver], Reply]) -> tuple[Receiver, LocalServer]:
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, so connection re-use is observable
         disable_nagle_algorithm = True
         timeout = 5  # an idle kept-alive connection does not pin a thread for long
@@ -64,26 +64,14 @@ def _start_receiver(respond: Callable[[Call, Receiver], Reply]) -> tuple[Receive
             # Headers and body in one write.
             self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 128  # the default 5 makes a burst of connections wait for SYN retries
-
-        def handle_error(self, request: object, client_address: object) -> None:
-            pass  # the client hanging up on a slow handler is expected
-
-    server = Server(("127.0.0.1", 0), Handler)
-    port = server.server_address[1]
-    receiver = Receiver(url=f"http://127.0.0.1:{port}/hook", port=port)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    server = LocalServer(Handler, backlog=128)  # the default 5 makes a burst of connections wait for SYN retries
+    receiver = Receiver(url=f"http://127.0.0.1:{server.port}/hook", port=server.port)
     return receiver, server
 
 
 @pytest.fixture
 def make_receiver() -> Iterator[Callable[[Callable[[Call, Receiver], Reply]], Receiver]]:
-    started: list[tuple[Receiver, http.server.HTTPServer]] = []
+    started: list[tuple[Receiver, LocalServer]] = []
 
     def factory(respond: Callable[[Call, Receiver], Reply]) -> Receiver:
         started.append(_start_receiver(respond))
@@ -92,8 +80,7 @@ def make_receiver() -> Iterator[Callable[[Callable[[Call, Receiver], Reply]], Re
     yield factory
     for receiver, server in started:
         receiver.release.set()  # unblock any sleeping handler
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def reply(status: int = 200, body: bytes = b"", **headers: str) -> Callable[[Call, Receiver], Reply]:

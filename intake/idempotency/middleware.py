@@ -42,12 +42,17 @@ class _Release(Exception):
         self.response = response
 
 
+def guarded(request: HttpRequest) -> bool:
+    """Whether the idempotency contract applies to this request (and so its credential may be cached)."""
+    return request.method in GUARDED_METHODS and request.path.startswith(GUARDED_PREFIX)
+
+
 class IdempotencyMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method not in GUARDED_METHODS or not request.path.startswith(GUARDED_PREFIX):
+        if not guarded(request):
             return self.get_response(request)
         if len(request.path) > MAX_PATH_CHARS:  # no route has one (ids are short), and no key row holds it
             return problem_response(status_code=404, code="not_found", detail="No route for a path this long.")
@@ -84,16 +89,17 @@ class IdempotencyMiddleware:
                     return self._answer_busy(request, key, held)
             except store.KeyTaken:
                 pass
+            except store.CredentialRevoked:
+                return _not_authenticated(), "rejected"
         return self._answer_busy(request, key, store.Busy(same_request=True))
 
     def _reject(self, request: HttpRequest) -> HttpResponse | None:
         """Checks before any key is taken; a rejection here is never stored."""
+        # From the cache if seen lately: the key's read and claim check that it is still live.
         credential = (getattr(request, "herald_credential", None)   # resolved by the rate limit, if on
-                      or credential_from_authorization(request.META.get("HTTP_AUTHORIZATION")))
+                      or credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"), cached=True))
         if credential is None:
-            return problem_response(status_code=401, code="not_authenticated",
-                                    detail="Send a valid token as `Authorization: Bearer <token>`.",
-                                    headers={"WWW-Authenticate": 'Bearer realm="herald"'})
+            return _not_authenticated()
         request.herald_credential = credential
         refusal = scope_refusal(credential, request.path)
         if refusal is not None:  # the wrong kind of credential for the path (SPEC §10)
@@ -141,7 +147,7 @@ class IdempotencyMiddleware:
                 store.key_store(key, commit=False, **{**rolled_back, "replace_expired": True})
         except _Release as release:
             return release.response, "released"
-        except (store.KeyBusy, store.KeyTaken):
+        except (store.KeyBusy, store.KeyTaken, store.CredentialRevoked):
             raise
         except BaseException:
             intake_requests.labels("released").inc()
@@ -192,6 +198,12 @@ def _replay(existing: store.Existing) -> HttpResponse:
         response[name] = value
     response["Idempotent-Replay"] = "true"
     return response
+
+
+def _not_authenticated() -> HttpResponse:
+    return problem_response(status_code=401, code="not_authenticated",
+                            detail="Send a valid token as `Authorization: Bearer <token>`.",
+                            headers={"WWW-Authenticate": 'Bearer realm="herald"'})
 
 
 def _mismatch() -> HttpResponse:

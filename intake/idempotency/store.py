@@ -22,10 +22,14 @@ from datetime import datetime
 
 from django.db import IntegrityError, OperationalError, connection, transaction
 
-from intake.models import IdempotencyKey
+from intake.models import ApiCredential, IdempotencyKey
 from webhooks import crypto
 
 _TABLE = IdempotencyKey._meta.db_table
+# The request's credential may come from its process's cache (intake/credentials.py), so the read and
+# the claim each ask again, in the same statement, that it is live: a revoked token gets no replay and
+# executes nothing, in every process, from the moment its revocation commits.
+_LIVE = f"EXISTS (SELECT 1 FROM {ApiCredential._meta.db_table} c WHERE c.id = %s AND c.revoked_at IS NULL)"
 
 # How long a request whose key another request holds waits for it before answering 409: a holder that
 # finishes meanwhile (most take a few milliseconds) is answered by its replay, and one whose process
@@ -38,12 +42,13 @@ BUSY_WAIT_MS = 25
 _READ_SQL = f"""
 SELECT fingerprint, response_status, response_headers, response_body, response_encrypted, created_at,
        expires_at <= now()
-  FROM {_TABLE} WHERE credential_id = %s AND key = %s
+  FROM {_TABLE} WHERE credential_id = %s AND key = %s AND {_LIVE}
 """
 # The first statement of the request's transaction. CASE fixes the order: the fingerprint's lock is
-# taken only by the key's holder.
-_CLAIM_SQL = """
-SELECT CASE WHEN pg_try_advisory_xact_lock(%s, %s) THEN pg_try_advisory_xact_lock(%s, %s) IS NOT NULL
+# taken only by the key's holder, and no lock by a revoked credential (NULL).
+_CLAIM_SQL = f"""
+SELECT CASE WHEN NOT {_LIVE} THEN NULL
+            WHEN pg_try_advisory_xact_lock(%s, %s) THEN pg_try_advisory_xact_lock(%s, %s) IS NOT NULL
             ELSE false END
 """
 # The key is busy: wait up to BUSY_WAIT_MS for it (lock_timeout, set for this statement's wait only).
@@ -78,6 +83,10 @@ class KeyBusy(Exception):
 
 class KeyTaken(Exception):
     """Another request stored this key first; roll the work back and answer from its row."""
+
+
+class CredentialRevoked(Exception):
+    """The request's credential was revoked since its process looked it up; roll back, answer 401."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +129,7 @@ def _int4_pair(raw: bytes) -> tuple[int, int]:
 def key_read(key: Key) -> Existing | None:
     """The stored answer for this key (`expired`: past retention, the key is new), or None."""
     with connection.cursor() as cursor:
-        cursor.execute(_READ_SQL, [key.credential_id, key.key])
+        cursor.execute(_READ_SQL, [key.credential_id, key.key, key.credential_id])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -151,14 +160,18 @@ def key_claim(key: Key) -> Existing | None:
 
     None: held, execute. Existing: the request holding it finished while this one waited; answer from
     its row. KeyBusy: still held by another request after BUSY_WAIT_MS (the transaction is aborted).
+    CredentialRevoked: nothing is held.
     """
     (key_a, key_b), (own_a, own_b) = key.locks
     begin = connection.take_begin() if hasattr(connection, "take_begin") else ""
     with connection.cursor() as cursor:
-        cursor.execute(begin + _CLAIM_SQL, [key_a, key_b, own_a, own_b])
+        cursor.execute(begin + _CLAIM_SQL, [key.credential_id, key_a, key_b, own_a, own_b])
         if begin:
             cursor.nextset()  # past BEGIN's result, to the claim's
-        if cursor.fetchone()[0]:
+        held = cursor.fetchone()[0]
+        if held is None:
+            raise CredentialRevoked()
+        if held:
             return None
         try:
             cursor.execute(_WAIT_SQL, [f"{BUSY_WAIT_MS}ms", key_a, key_b])
