@@ -42,6 +42,10 @@ LISTENER_RETRY_SECONDS = 2.0
 from config.http_reader import Refusal, RequestReader
 
 RECV_BYTES = 65536
+# A refused connection's lingering close (as nginx's `lingering_close`): what the client still sends is
+# taken and dropped for up to this long and this many bytes, then the connection is closed.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 2 * 1024 * 1024
 REFUSALS = {
     # status: (reason phrase, problem code)
     400: ("Bad Request", "malformed_request"),
@@ -84,6 +88,7 @@ class BufferedThreadWorker(ThreadWorker):
         self.max_head = herald_settings.web.WEB_MAX_HEADER_BYTES
         self.max_body = herald_settings.api.INTAKE_MAX_BODY_BYTES
         self.pending: dict = {}   # conn -> Pending, in deadline order (one timeout for all)
+        self.lingering: dict = {}  # conn -> [deadline, bytes still taken], refused, in deadline order
         self.buffering = not self.cfg.is_ssl and "h2" not in self.cfg.http_protocols
         super().init_process()
 
@@ -169,21 +174,46 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _refuse(self, pending: Pending, status: int, detail: str) -> None:
         self.log.info("Refused %s from %s: %s", status, _peer(pending.conn), detail)
-        sock = pending.conn.sock
-        try:
-            sock.send(refusal_bytes(status, detail))
-            # Half-close, and take what the client already sent: closing with unread bytes makes the kernel
-            # send a reset, which can destroy the answer before the client reads it. Never waits: this is the
-            # event loop (a client still sending its body may miss the answer; one that waits, as curl does
-            # with `Expect: 100-continue`, gets it).
-            sock.shutdown(socket.SHUT_WR)
-            for _ in range(16):
-                if not sock.recv(RECV_BYTES):
-                    break
-        except OSError:
-            pass
         _count_refusal(status)
-        self._drop(pending)
+        conn = pending.conn
+        try:
+            conn.sock.send(refusal_bytes(status, detail))
+            conn.sock.shutdown(socket.SHUT_WR)   # the answer is all that is sent
+        except OSError:
+            self._drop(pending)
+            return
+        # Closing with unread bytes makes the kernel send a reset, which can destroy the answer before the
+        # client reads it: a client (or a buffering proxy: nginx then answers 502) still sending the body
+        # would miss its 413. So the connection lingers in the event loop, its bytes read and dropped,
+        # until the client closes or LINGER_SECONDS or LINGER_BYTES run out.
+        if self.pending.pop(conn, None) is not None:
+            self.poller.unregister(conn.sock)
+        self.lingering[conn] = [time.monotonic() + LINGER_SECONDS, LINGER_BYTES]
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering, conn))
+
+    def _on_lingering(self, conn, _sock) -> None:
+        left = self.lingering.get(conn)
+        if left is None:
+            return
+        try:
+            data = conn.sock.recv(RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        left[1] -= len(data)
+        if not data or left[1] <= 0:
+            self._end_lingering(conn)
+
+    def _end_lingering(self, conn) -> None:
+        if self.lingering.pop(conn, None) is None:
+            return
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        self.nr_conns -= 1
+        conn.close()
 
     def _drop(self, pending: Pending) -> None:
         conn = pending.conn
@@ -206,12 +236,19 @@ class BufferedThreadWorker(ThreadWorker):
                 self._refuse(pending, 408, f"The request was not complete within {self.client_timeout:g} s.")
             else:
                 self._drop(pending)
+        while self.lingering:
+            conn, (deadline, _) = next(iter(self.lingering.items()))
+            if deadline > now:
+                break
+            self._end_lingering(conn)
 
     def murder_keepalived(self, force=False):
         super().murder_keepalived(force)
         if force:   # the worker is stopping: requests still being read will not be served
             for pending in list(self.pending.values()):
                 self._drop(pending)
+            for conn in list(self.lingering):
+                self._end_lingering(conn)
             for waiter in list(self.waiting.values()):
                 self._unpark(waiter)
                 self.nr_conns -= 1

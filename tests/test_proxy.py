@@ -61,10 +61,13 @@ def test_requests_pass_through_the_proxy_with_their_answers(front, api):
     replayed = requests.post(f"{front.url}/api/v1/events", json={"type": "invoice.paid", "data": {}},
                              headers=headers, timeout=10)
     assert replayed.headers["Idempotent-Replay"] == "true" and replayed.content == posted.content
-    # a body between Herald's limit (256 KiB) and the proxy's (1 MiB) gets Herald's own 413
-    big = requests.post(f"{front.url}/api/v1/events", data=b"{" + b" " * 300_000 + b"}", timeout=10,
-                        headers={**headers, "Content-Type": "application/json", "Idempotency-Key": "proxy-big-0001"})
-    assert big.status_code == 413 and big.json()["code"] == "payload_too_large"
+    # a body between Herald's limit (256 KiB) and the proxy's (1 MiB) gets Herald's own 413, every time:
+    # Herald refuses it from its head while nginx is still sending the body, and takes (drops) the rest
+    # before closing; a close with unread bytes resets the connection and nginx answered 502 instead
+    for n in range(8):
+        big = requests.post(f"{front.url}/api/v1/events", data=b"{" + b" " * 300_000 + b"}", timeout=10,
+                            headers={**headers, "Content-Type": "application/json", "Idempotency-Key": f"proxy-big-{n:04}"})
+        assert big.status_code == 413 and big.json()["code"] == "payload_too_large"
     # and one over the proxy's limit is refused by nginx, in the same problem+json
     huge = exchange("127.0.0.1", front.port, b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                              b"Content-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n")
