@@ -12,7 +12,7 @@ Django's usual handler. Measured in docs/idempotency.md ("The hot path, measured
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 
-API_PREFIX = "/api/v1/"
+from config.middleware import API_PREFIX
 # Browser-only middleware: what an API call never needs (see the module doc).
 BROWSER_ONLY_MIDDLEWARE = frozenset({
     "whitenoise.middleware.WhiteNoiseMiddleware",
