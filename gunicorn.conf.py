@@ -36,6 +36,29 @@ logger_class = MaskingLogger  # the access log is off unless --access-logfile (c
 backlog = 1024
 timeout = 30
 
+# gunicorn 25+ listens on a control socket (for `gunicornc`) at one path per user ($XDG_RUNTIME_DIR or
+# ~/.gunicorn/gunicorn.ctl): a second gunicorn of the same user took it over, and removed it on exit. Off,
+# unless GUNICORN_CONTROL_SOCKET gives this instance a path of its own.
+if os.environ.get("GUNICORN_CONTROL_SOCKET"):
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+else:
+    control_socket_disable = True
+
+# Forwarding: gunicorn believes no header from anyone about where the request was mounted or how it came
+# (SPEC §2). Its defaults trust loopback (forwarded_allow_ips 127.0.0.1,::1, or FORWARDED_ALLOW_IPS) to
+# set `SCRIPT_NAME`/`PATH_INFO` as headers and the scheme by X-Forwarded-Proto/-Protocol/-Ssl; every
+# same-host client and any same-host proxy that passes underscore headers on is loopback, so a client could
+# move the mount point (`request.path` no longer the routed path) or, with a SCRIPT_NAME the path does not
+# start with, get gunicorn's own HTML 500. So: nobody is a trusted forwarder (a Unix socket peer would be
+# trusted regardless, hence no forwarder headers either), a header name with an underscore is dropped
+# (`SCRIPT_NAME: /x` never reaches the environ), and the scheme is Django's to decide from
+# HERALD_PUBLIC_URL (SECURE_PROXY_SSL_HEADER, config/settings.py). A deployment that mounts Herald under a
+# prefix says so in the process's own SCRIPT_NAME environment variable, never a client.
+forwarded_allow_ips = ""
+forwarder_headers = ""
+secure_scheme_headers = {}
+header_map = "drop"
+
 
 def on_starting(server) -> None:
     """Refuse to start on an unsafe configuration, once, before any worker boots (config/startup.py)."""

@@ -17,11 +17,13 @@ from config.middleware import API_PREFIX
 BROWSER_ONLY_MIDDLEWARE = frozenset({
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.middleware.secure_session_cookie_on_https",
+    "portal.middleware.portal_framing",
     "config.middleware.BrowserSessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "config.middleware.BrowserAuthenticationMiddleware",
     "config.middleware.BrowserMessageMiddleware",
     "axes.middleware.AxesMiddleware",
+    "config.browser_headers.browser_page_headers",
 })
 
 

@@ -33,7 +33,10 @@ class Leadership:
         params = connections["default"].get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
-        params.pop("options", None)
+        from config.startup import worker_session_options
+
+        # keepalives only: a lost beat host's lock is released once PostgreSQL notices it is gone
+        params["options"] = worker_session_options(idle_in_transaction=False)
         return psycopg.connect(**params, autocommit=True, application_name="herald-beat")
 
     def check(self) -> bool:

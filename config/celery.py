@@ -69,6 +69,16 @@ def _refuse_unsafe_beat(**kwargs) -> None:
 
 
 @signals.worker_init.connect
+@signals.beat_init.connect
+def _limit_sessions(**kwargs) -> None:
+    """A worker's or beat's sessions end when its host is lost (config/startup.py); before any connection,
+    and before _share_database_connections copies the options into the worker's pool."""
+    from config.startup import limit_worker_sessions
+
+    limit_worker_sessions()
+
+
+@signals.worker_init.connect
 def _start_tracing(sender=None, **kwargs) -> None:
     """Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (webhooks/tracing.py): before the engine, the relay and
     the database pool start, so their connections are instrumented. A prefork worker's children each start
@@ -110,7 +120,7 @@ def _share_database_connections(sender=None, **kwargs) -> None:
     database["OPTIONS"] = {**database["OPTIONS"], "application_name": "herald-worker", "pool": {
         "min_size": 1, "max_size": herald_settings.worker.WEBHOOK_WORKER_DB_POOL_SIZE, "timeout": 30,
         "name": "herald-worker"}}
-    from webhooks import engine
+    from webhooks.delivery import engine
     from webhooks.delivery import relay
 
     _allow_descriptors(herald_settings.worker.WEBHOOK_WORKER_CONCURRENCY)
@@ -134,7 +144,7 @@ def _finish_attempts_in_flight(**kwargs) -> None:
     """A worker shutting down lets its engine finish and record the attempts it has in flight."""
     from django.conf import settings
 
-    from webhooks import engine
+    from webhooks.delivery import engine
 
     running = engine.running()
     if running is not None and not running.drain(herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS + 5):

@@ -1,5 +1,6 @@
 """Typed readers for the environment variables of SPEC §1, each with a working local default."""
 import os
+import re
 from urllib.parse import urlsplit
 
 
@@ -38,6 +39,15 @@ def env_origin(name: str) -> str:
     value = env_str(name, "").strip()
     if not value:
         return ""
+    return _origin(name, value)
+
+
+def env_origins(name: str) -> list[str]:
+    """Space-separated origins (each as `env_origin` takes it), or [] when unset."""
+    return [_origin(name, value) for value in env_str(name, "").split()]
+
+
+def _origin(name: str, value: str) -> str:
     try:
         parts = urlsplit(value)
         port = parts.port
@@ -47,6 +57,9 @@ def env_origin(name: str) -> str:
         raise ValueError(f"{name} must be http(s)://host[:port], not {value!r}")
     if parts.username is not None:
         raise ValueError(f"{name} must not carry a user name or password")
+    if not re.fullmatch(r"[A-Za-z0-9.-]+|[0-9A-Fa-f:.]+", parts.hostname):
+        # (it goes into headers: Content-Security-Policy, for HERALD_PORTAL_FRAME_ANCESTORS)
+        raise ValueError(f"{name}: {parts.hostname!r} is not a host name or address")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{name} must be only http(s)://host[:port] (no path or query), not {value!r}")
     scheme = parts.scheme.lower()

@@ -19,6 +19,8 @@ then reads the same bytes in the thread. While reading, it refuses at once what 
 - a request not whole within WEB_CLIENT_TIMEOUT_SECONDS of its first byte: 408 (a connection that
   never sends anything is closed silently).
 Each answer is problem+json with `Connection: close`, given without any thread, Django or database.
+A whole request then waits for a thread in its credential's turn (see "fair turns" below), not behind
+every request of a credential that sent thousands.
 `Expect: 100-continue` is answered here, since the body is read here. See docs/http-reader.md.
 
 TLS and HTTP/2 connections (neither is used by Herald; a proxy terminates TLS) take gthread's path
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import io
+from collections import deque
 import json
 import selectors
 import socket
@@ -51,6 +54,7 @@ REFUSALS = {
     400: ("Bad Request", "malformed_request"),
     408: ("Request Timeout", "request_timeout"),
     413: ("Content Too Large", "payload_too_large"),
+    414: ("URI Too Long", "uri_too_long"),
     431: ("Request Header Fields Too Large", "request_header_fields_too_large"),
 }
 
@@ -64,6 +68,14 @@ def refusal_bytes(status: int, detail: str) -> bytes:
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {PROBLEM_CONTENT_TYPE}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode("latin-1") + body
+
+
+def _turn(authorization: bytes | None, raw: bytes) -> tuple:
+    """The queue of a whole request (see "fair turns"), from its Authorization header and its request target."""
+    from intake.credentials import credential_turn   # the app is loaded before any request is read
+
+    line = raw[:raw.find(b"\r\n")].split(b" ")
+    return credential_turn(authorization, line[1] if len(line) > 1 else b"")
 
 
 class Pending:
@@ -90,12 +102,14 @@ class BufferedThreadWorker(ThreadWorker):
         self.pending: dict = {}   # conn -> Pending, in deadline order (one timeout for all)
         self.lingering: dict = {}  # conn -> [deadline, bytes still taken], refused, in deadline order
         self.buffering = not self.cfg.is_ssl and "h2" not in self.cfg.http_protocols
+        self.running = 0          # requests given to a thread and not finished
+        self.turns: dict = {}     # credential_turn() -> deque of whole requests waiting for a thread
         super().init_process()
 
     def enqueue_req(self, conn):
         if not self.buffering:
             return super().enqueue_req(conn)
-        pending = Pending(conn, RequestReader(self.max_head, self.max_body), time.monotonic() + self.client_timeout)
+        pending = Pending(conn, RequestReader(self.max_head, self.max_body, max_line=self.cfg.limit_request_line), time.monotonic() + self.client_timeout)
         conn.sock.setblocking(False)
         # What gunicorn's parser left after the previous request (pipelined bytes) is read again first.
         data = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
@@ -151,10 +165,43 @@ class BufferedThreadWorker(ThreadWorker):
         # wait, and a kept-alive connection must not hold on to a large body it no longer needs.
         conn.herald_raw = raw if raw.startswith(b"GET ") and len(raw) <= self.max_head else None
         conn.herald_deadline = None
+        conn.herald_wait = None
+        conn.herald_turn = _turn(reader.authorization, raw)
         conn.parser.unreader.unread(raw)
         conn.data_ready = True
-        super().enqueue_req(conn)
+        self._dispatch(conn)
         return True
+
+    # --- fair turns ------------------------------------------------------------------------------------
+    # Whole requests wait for one of the worker's threads in one queue per credential (and tenant a platform
+    # credential acts for), served in turn, rather than in gthread's single first-come queue: one credential
+    # sending thousands of requests at once (long-polls over their cap, say) makes another's request wait for
+    # at most one request of each busy credential, not for all of them. The queue is the credential's as this
+    # process resolved it before (intake.credentials.credential_turn), never the header's spelling: requests
+    # that name no credential, or one not seen yet, share one queue, so made-up headers earn no turns.
+
+    def _dispatch(self, conn) -> None:
+        if self.running < self.cfg.threads:
+            self._submit(conn)
+            return
+        queue = self.turns.get(conn.herald_turn)
+        if queue is None:
+            queue = self.turns[conn.herald_turn] = deque()
+        queue.append(conn)
+
+    def _submit(self, conn) -> None:
+        self.running += 1
+        conn.herald_running = True
+        ThreadWorker.enqueue_req(self, conn)
+
+    def _next_turns(self) -> None:
+        while self.turns and self.running < self.cfg.threads:
+            turn, queue = next(iter(self.turns.items()))
+            del self.turns[turn]
+            conn = queue.popleft()
+            if queue:
+                self.turns[turn] = queue   # to the back of the round
+            self._submit(conn)
 
     def handle_request(self, req, conn):
         """In the thread, with the request already in memory. gunicorn's parser has decoded a chunked body
@@ -188,6 +235,12 @@ class BufferedThreadWorker(ThreadWorker):
         # until the client closes or LINGER_SECONDS or LINGER_BYTES run out.
         if self.pending.pop(conn, None) is not None:
             self.poller.unregister(conn.sock)
+        self._linger(conn)
+
+    def _linger(self, conn) -> None:
+        """Read and drop what the client still sends, in the event loop, until it closes or LINGER_SECONDS or
+        LINGER_BYTES run out; then close. The write side is already shut."""
+        conn.sock.setblocking(False)
         self.lingering[conn] = [time.monotonic() + LINGER_SECONDS, LINGER_BYTES]
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering, conn))
 
@@ -251,8 +304,15 @@ class BufferedThreadWorker(ThreadWorker):
                 self._end_lingering(conn)
             for waiter in list(self.waiting.values()):
                 self._unpark(waiter)
+                self._release_wait(waiter.conn, inline=True)
                 self.nr_conns -= 1
                 waiter.conn.close()
+            for queue in self.turns.values():   # whole requests no thread will take now
+                for conn in queue:
+                    self._release_wait(conn, inline=True)
+                    self.nr_conns -= 1
+                    conn.close()
+            self.turns.clear()
 
     # --- long-polls (intake/longpoll.py) -------------------------------------------------------------
     # A request the view parks leaves its thread at once; its connection waits here, in the event loop,
@@ -260,6 +320,20 @@ class BufferedThreadWorker(ThreadWorker):
     # LISTENs on POLL_CHANNEL, its socket watched by the same poller) or its deadline passes, and is then
     # run again from the bytes it was read from. While the listener is down, waiting requests are run
     # again every LISTENER_DOWN_RECHECK_SECONDS instead.
+    #
+    # Parked connections do not take the places of other connections: gunicorn stops accepting when it
+    # holds `worker_connections` connections, and a parked one is not counted against that (it still is in
+    # `nr_conns`, so a stopping worker answers it before it exits). How many may park is bounded by
+    # POLL_MAX_WAITS_* (intake/waits.py), whose place a parked request holds until it is answered or its
+    # client hangs up (released here then).
+
+    @property
+    def worker_connections(self) -> int:
+        return self._worker_connections + len(getattr(self, "waiting", ()))
+
+    @worker_connections.setter
+    def worker_connections(self, value: int) -> None:
+        self._worker_connections = value
 
     def load_wsgi(self):
         super().load_wsgi()
@@ -274,6 +348,8 @@ class BufferedThreadWorker(ThreadWorker):
         self.listener_since = 0.0
         self.listener_retry_at = 0.0
         self._seq = 0
+        from intake import longpoll
+        longpoll.worker_started(self)   # /metrics shows what waits here
         super().run()
 
     def handle(self, conn):
@@ -290,11 +366,30 @@ class BufferedThreadWorker(ThreadWorker):
         return super()._keepalive_after(conn, keepalive)
 
     def finish_request(self, conn, fs):
-        result = None if fs.cancelled() or fs.exception() is not None else fs.result()
-        if isinstance(result, Parked):
-            self._park(conn, result)
-            return
-        super().finish_request(conn, fs)
+        if getattr(conn, "herald_running", False):
+            conn.herald_running = False
+            self.running -= 1
+        try:
+            result = None if fs.cancelled() or fs.exception() is not None else fs.result()
+            if isinstance(result, Parked):
+                self._park(conn, result)
+                return
+            if result is False and self.alive:
+                # The answer said `Connection: close`. gunicorn would close gracefully here, on this event
+                # loop's thread, waiting up to 2 s for the client to close its side: one client sending
+                # `Connection: close` and never closing would stall every other connection of the worker.
+                # The same lingering close, in the event loop, as a refusal's.
+                try:
+                    conn.sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    self.nr_conns -= 1
+                    conn.close()
+                    return
+                self._linger(conn)
+                return
+            super().finish_request(conn, fs)
+        finally:
+            self._next_turns()
 
     def _park(self, conn, parked: "Parked") -> None:
         if self.listener is None and time.monotonic() >= self.listener_retry_at:
@@ -309,6 +404,7 @@ class BufferedThreadWorker(ThreadWorker):
             return
         waiter = Waiter(conn, parked.key, parked.deadline)
         self.waiting[conn] = waiter
+        _parked_gauge().inc()
         self.waiting_by_key.setdefault(parked.key, set()).add(conn)
         conn.sock.setblocking(False)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_waiter_readable, waiter))
@@ -322,7 +418,8 @@ class BufferedThreadWorker(ThreadWorker):
 
     def _unpark(self, waiter: "Waiter") -> None:
         conn = waiter.conn
-        self.waiting.pop(conn, None)
+        if self.waiting.pop(conn, None) is not None:
+            _parked_gauge().dec()
         keyed = self.waiting_by_key.get(waiter.key)
         if keyed is not None:
             keyed.discard(conn)
@@ -346,7 +443,7 @@ class BufferedThreadWorker(ThreadWorker):
         conn.init()
         conn.parser.unreader.unread(conn.herald_raw)
         conn.data_ready = True
-        ThreadWorker.enqueue_req(self, conn)
+        self._dispatch(conn)
 
     def _on_waiter_readable(self, waiter: "Waiter", _sock) -> None:
         """The client hung up (or sent more, which HTTP/1.1 clients do not while they wait)."""
@@ -358,10 +455,24 @@ class BufferedThreadWorker(ThreadWorker):
             gone = True
         if gone:
             self._unpark(waiter)
+            self._release_wait(waiter.conn)
             self.nr_conns -= 1
             waiter.conn.close()
         else:
             self._wake(waiter, time.monotonic())   # answered now, so what it sent is read next
+
+    def _release_wait(self, conn, inline: bool = False) -> None:
+        """The long-poll's place under POLL_MAX_WAITS_* is free: its client is gone. On a thread (a Redis
+        call), except when the worker stops."""
+        from intake import waits
+
+        wait, conn.herald_wait = getattr(conn, "herald_wait", None), None
+        if wait is None:
+            return
+        if inline:
+            waits.release(wait)
+        else:
+            self.tpool.submit(waits.release, wait)
 
     def wait_for_and_dispatch_events(self, timeout):
         now = time.monotonic()
@@ -468,17 +579,31 @@ class ParkingApp:
         self.app = app
 
     def __call__(self, environ, start_response):
+        from intake import waits
         from intake.longpoll import ENVIRON_KEY, LongPoll
 
         conn = getattr(_current, "conn", None)
         if conn is None or getattr(conn, "herald_raw", None) is None:
             return self.app(environ, start_response)
-        longpoll = LongPoll(deadline=conn.herald_deadline)
-        conn.herald_deadline = None
+        longpoll = LongPoll(deadline=conn.herald_deadline, wait=getattr(conn, "herald_wait", None))
+        conn.herald_deadline = conn.herald_wait = None
         environ[ENVIRON_KEY] = longpoll
-        result = self.app(environ, start_response)
+
+        def start(status, headers, exc_info=None):
+            if longpoll.refused and hasattr(start_response, "__self__"):
+                # 429 too_many_waits: the connection is closed, so that a client over its cap holds no place
+                start_response.__self__.force_close()   # gunicorn's Response: `Connection: close`
+            return start_response(status, headers, exc_info)
+
+        try:
+            result = self.app(environ, start)
+        except BaseException:
+            waits.release(longpoll.wait)
+            raise
         if longpoll.parked_on is None:
+            waits.release(longpoll.wait)   # answered: its place is free
             return result
+        conn.herald_wait = longpoll.wait
         if hasattr(result, "close"):
             result.close()   # Django's request_finished: its database connection goes back
         raise Parked(longpoll.parked_on, longpoll.deadline, longpoll.since)
@@ -487,6 +612,12 @@ class ParkingApp:
 def _peer(conn) -> str:
     client = conn.client
     return f"{client[0]}:{client[1]}" if isinstance(client, tuple) else str(client)
+
+
+def _parked_gauge():
+    from intake.metrics import polls_parked   # the app is loaded by the time anything parks
+
+    return polls_parked
 
 
 def _count_refusal(status: int) -> None:

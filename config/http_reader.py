@@ -5,6 +5,8 @@ size that is not plain hex, a missing CRLF, Content-Length with Transfer-Encodin
 strict mode; this class only adds Herald's limits and policies to what llhttp reports, in its callbacks:
 
 - the first request's head is fed at most WEB_MAX_HEADER_BYTES at a time: not complete within it, 431;
+- a request line longer than gunicorn's `limit_request_line` (4,094 bytes): 414, so that gunicorn's own
+  parser, which would answer its HTML page, never meets one;
 - a Content-Length, or body bytes decoded so far, over INTAKE_MAX_BODY_BYTES: 413;
 - a transfer coding other than exactly `chunked` (`gzip, chunked`, `foo, chunked`, two Transfer-Encoding
   headers), or chunked on HTTP/1.0: 400 (llhttp itself refuses a coding list that does not end in chunked);
@@ -38,16 +40,20 @@ class RequestReader:
     """The bytes of one connection, fed as they arrive, from its first byte (or the first after the
     previous request) to the end of one or more whole requests."""
 
-    __slots__ = ("parser", "max_head", "max_body", "max_framing", "max_wire", "received", "in_first_head", "started",
-                 "completed", "body", "bodies", "length", "codings", "expect_continue", "continue_sent", "upgrade",
-                 "closes")
+    __slots__ = ("parser", "max_head", "max_body", "max_framing", "max_wire", "max_url", "received", "in_first_head",
+                 "started", "completed", "body", "bodies", "length", "codings", "expect_continue", "continue_sent",
+                 "upgrade", "closes", "authorization", "url")
 
-    def __init__(self, max_head: int, max_body: int, framing_allowance: int | None = None):
+    def __init__(self, max_head: int, max_body: int, framing_allowance: int | None = None, max_line: int = 0):
         self.parser = httptools.HttpRequestParser(self)
         self.max_head = max_head
         self.max_body = max_body
         self.max_framing = max_head + (max_head if framing_allowance is None else framing_allowance)
         self.max_wire = self.max_framing + max_body
+        # the longest target a request line of `max_line` bytes holds whatever its method ("OPTIONS", 7) and
+        # version (" HTTP/1.1"): so every line refused by gunicorn's limit is refused here first; 0: no limit
+        self.max_url = max_line - len("OPTIONS  HTTP/1.1") if max_line else 0
+        self.url = 0              # bytes of the request target read so far (llhttp may give it in pieces)
         self.received = 0
         self.in_first_head = True
         self.started = 0          # requests begun, and ended (llhttp's on_message_begin/_complete)
@@ -60,6 +66,7 @@ class RequestReader:
         self.continue_sent = False     # set by the worker once it has answered that
         self.upgrade = False
         self.closes = False            # the last whole request ends the connection (HTTP/1.0, `Connection: close`)
+        self.authorization = None      # the first request's Authorization header: whose turn it is (the worker)
 
     def feed(self, data: bytes) -> bool:
         """Take the next bytes received: True once everything received is whole requests; Refusal if
@@ -100,9 +107,14 @@ class RequestReader:
     # llhttp's callbacks ----------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self.started += 1
-        self.body = 0
+        self.body = self.url = 0
         self.length = self.codings = None
         self.expect_continue = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += len(url)
+        if self.max_url and self.url > self.max_url:
+            raise Refusal(414, f"The request target exceeds {self.max_url} bytes.")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
@@ -112,6 +124,8 @@ class RequestReader:
             self.codings = value if self.codings is None else self.codings + b"," + value
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
+        elif name == b"authorization" and self.started == 1 and self.authorization is None:
+            self.authorization = value
 
     def on_headers_complete(self) -> None:
         self.in_first_head = False

@@ -2,26 +2,17 @@
 opens the tenant's portal for whoever reads it first, so access logs and Django's request warnings (a 405 or
 a refused CSRF check on the link's page are logged while the link still works) show `/portal/open/***`.
 
-One rule, used by Django's log handler (LOGGING in config/settings.py) and gunicorn's access log
-(`logger_class` in gunicorn.conf.py); compose's nginx applies the same pattern in its log format
-(deploy/nginx/herald.conf.template).
+One rule (webhooks/urltext.py, which trace spans use too), used by Django's log handler (LOGGING in
+config/settings.py) and gunicorn's access log (`logger_class` in gunicorn.conf.py); compose's nginx applies
+the same pattern in its log format (deploy/nginx/herald.conf.template).
 """
 import logging
-import re
 
 from django.http import HttpRequest
 
-MASK = "***"
-# The token runs to the next path separator, query, fragment, quote or space (a log line may quote the
-# path, or hold it in a repr).
-_PORTAL_TOKEN = re.compile(r"(/portal/open/)[^/?#\s\"'<>]+")
+from webhooks.urltext import MASK, mask_secrets
 
-
-def mask_secrets(text: str) -> str:
-    """`text` with every portal link token replaced by `***`."""
-    if "/portal/open/" not in text:  # the common case: no regex work at all
-        return text
-    return _PORTAL_TOKEN.sub(r"\1" + MASK, text)
+__all__ = ["MASK", "MaskSecretsFilter", "mask_secrets"]
 
 
 class MaskSecretsFilter(logging.Filter):

@@ -8,15 +8,17 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 from config.celery import app as celery_app
+from intake.longpoll import LongPollCollector
 from intake.problems import problem_response
 from webhooks.conf import herald_settings
-from webhooks.metrics import DeliveryStateCollector
+from webhooks.delivery.metrics import DeliveryStateCollector
 from webhooks.models import DISPATCHER
 
 logger = logging.getLogger("herald.ops")
 
 _state_registry = CollectorRegistry(auto_describe=False)
 _state_registry.register(DeliveryStateCollector())
+_state_registry.register(LongPollCollector())
 
 
 def _database() -> str:

@@ -2,15 +2,16 @@
 
 This is the one place that reads the environment; the rest of the code reads `django.conf.settings`.
 """
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
-from config.env import env_bool, env_float, env_int, env_list, env_origin, env_str
+from config.database_url import database_settings
+from config.env import env_bool, env_float, env_int, env_list, env_origin, env_origins, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -68,9 +69,14 @@ MIDDLEWARE = [
     # A NUL in the path or query names nothing PostgreSQL can hold: 404/400 before any view (it was a 500).
     "config.nul_guard.refuse_nul_characters",
     "django.middleware.security.SecurityMiddleware",
+    # Cache-Control: no-store and the Content Security Policy on portal and admin pages (config/browser_headers.py).
+    "config.browser_headers.browser_page_headers",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session middleware, so it sees the session cookie that one sets (portal/middleware.py).
     "portal.middleware.secure_session_cookie_on_https",
+    # Outside the session, CSRF and X-Frame-Options middleware, so it sees their cookies and header: the
+    # portal's framing (HERALD_PORTAL_FRAME_ANCESTORS, portal/framing.py).
+    "portal.middleware.portal_framing",
     "config.middleware.BrowserSessionMiddleware",  # these three: not for /api/v1/ (config/middleware.py)
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -85,17 +91,45 @@ MIDDLEWARE = [
     "intake.idempotency.middleware.IdempotencyMiddleware",
 ]
 
-# Admin logins (django-axes): after ADMIN_LOGIN_FAILURE_LIMIT failed tries for one user name from one
-# address, that pair is refused (429) for ADMIN_LOGIN_LOCKOUT_SECONDS, even with the right password; a
-# success clears the count. The pair, not the user name alone, so that nobody can lock the operators out
-# from elsewhere. The address is the client's behind proxies too (config/proxy.py).
-# `manage.py axes_reset` lifts every lock.
+# The proxies in front of Herald whose `X-Forwarded-For` is believed (CIDRs, comma-separated; compose
+# names its own network): behind them the client is the right-most address of that header that is not
+# one of them (config/proxy.py). Unset: none, and the peer is the client.
+HERALD_TRUSTED_PROXIES = env_list("HERALD_TRUSTED_PROXIES", "")
+for _cidr in HERALD_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"HERALD_TRUSTED_PROXIES: {_cidr!r} is not an IP address or CIDR network") from None
+
+# Admin logins (django-axes): after ADMIN_LOGIN_FAILURE_LIMIT failed tries for one user name, from any
+# addresses, that user name is refused (429) for ADMIN_LOGIN_LOCKOUT_SECONDS, even with the right password;
+# so is an address after as many failed tries, whatever user names they named (one client spraying many
+# names). A success clears the count. By user name, not only by (user name, address): a client that can
+# present ever new addresses (many hosts, an IPv6 prefix, a proxy of its own) would otherwise guess without
+# end. The price: anyone who can reach the login form can lock a user name out for that long, which is why
+# compose serves /admin/ only to HERALD_ADMIN_NETWORKS. The address is the client's behind trusted proxies
+# (config/proxy.py), never one the client wrote. `manage.py axes_reset` lifts every lock.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env_int("ADMIN_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]   # either one over the limit locks
 AXES_CLIENT_IP_CALLABLE = "config.proxy.client_address"
 AXES_RESET_ON_SUCCESS = True
+
+# The Content Security Policy of the portal's and the admin's pages (config/browser_headers.py builds the
+# header; the page's style nonce is added there): nothing but Herald's own scripts, styles, images and
+# fonts, no plugins, forms posted to Herald only, no <base> and never in a frame.
+CONTENT_SECURITY_POLICY = {
+    "default-src": "'none'",
+    "script-src": "'self'",
+    "style-src": "'self'",
+    "img-src": "'self' data:",
+    "font-src": "'self'",
+    "connect-src": "'self'",
+    "form-action": "'self'",
+    "base-uri": "'none'",
+    "frame-ancestors": "'none'",
+}
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -115,14 +149,13 @@ TEMPLATES = [
     },
 ]
 
+# One host, or several that fail over (`h1:5432,h2:5432/herald?target_session_attrs=read-write`):
+# config/database_url.py.
 DATABASES = {
-    "default": dj_database_url.parse(
-        env_str("DATABASE_URL", "postgres://127.0.0.1:5432/herald"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
-    )
+    "default": database_settings(env_str("DATABASE_URL", "postgres://127.0.0.1:5432/herald"),
+                                 conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60)),
 }
-DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT", 5)
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Django's, with a health check of reused connections that costs no round trip (config/db/base.py).
     DATABASES["default"]["ENGINE"] = "config.db"
@@ -134,6 +167,10 @@ WEB_STATEMENT_TIMEOUT_SECONDS = env_float("WEB_STATEMENT_TIMEOUT_SECONDS", 5)
 # after this (idle_in_transaction_session_timeout, set the same way): its rollback frees the request's
 # idempotency key for the client's retry; 0 = never.
 WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float("WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 5)
+# A worker or beat that stops between two statements of a transaction (its host cut off or powered off, the
+# process frozen) has its session ended after this, so the row locks it held (an endpoint's, a delivery's)
+# stop holding everyone else back; 0 = never. No worker or beat transaction waits between its statements.
+WORKER_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float("WORKER_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -225,6 +262,10 @@ IDEMPOTENCY_RETENTION_SECONDS = env_int("IDEMPOTENCY_RETENTION_SECONDS", 86400)
 # or after PORTAL_SESSION_SECONDS.
 PORTAL_LINK_SECONDS = env_int("PORTAL_LINK_SECONDS", 600)
 PORTAL_SESSION_SECONDS = env_int("PORTAL_SESSION_SECONDS", 8 * 3600)
+# Origins (space-separated) whose pages may show the portal in a frame: its `Content-Security-Policy:
+# frame-ancestors`. Its cookies are then `SameSite=None; Secure` (a framed page is a third party's, so
+# only such cookies reach it; browsers keep them over https only). Unset: the portal refuses every frame.
+HERALD_PORTAL_FRAME_ANCESTORS = env_origins("HERALD_PORTAL_FRAME_ANCESTORS")
 EVENT_RETENTION_DAYS = env_int("EVENT_RETENTION_DAYS", 30)
 EVENT_RETENTION_BATCH = env_int("EVENT_RETENTION_BATCH", 1000)
 EVENT_RETENTION_INTERVAL_SECONDS = env_float("EVENT_RETENTION_INTERVAL_SECONDS", 600)
@@ -259,7 +300,7 @@ if WEBHOOK_PROXY_URL and not WEBHOOK_PROXY_URL.lower().startswith(("http://", "h
 # bundle of public CAs. For receivers behind a private CA.
 WEBHOOK_CA_BUNDLE = env_str("WEBHOOK_CA_BUNDLE", "")
 
-# Attempts in flight per worker process: the capacity of its delivery engine (webhooks/engine.py).
+# Attempts in flight per worker process: the capacity of its delivery engine (webhooks/delivery/engine.py).
 WEBHOOK_WORKER_CONCURRENCY = env_int("WEBHOOK_WORKER_CONCURRENCY", 1000)
 WEBHOOK_ENDPOINT_MAX_IN_FLIGHT = env_int("WEBHOOK_ENDPOINT_MAX_IN_FLIGHT", 10)
 WEBHOOK_BREAKER_FAILURES = env_int("WEBHOOK_BREAKER_FAILURES", 5)
@@ -269,6 +310,9 @@ INTAKE_MAX_BODY_BYTES = env_int("INTAKE_MAX_BODY_BYTES", 262144)
 # How long a process keeps a credential it looked up, for POSTs and PATCHes only (their key statements
 # check it is still live, so a revocation holds at once); 0 disables.
 CREDENTIAL_CACHE_SECONDS = env_float("CREDENTIAL_CACHE_SECONDS", 5)
+# POST /api/v1/events's usual request answered by one statement (intake/idempotency/fast_events.py); off, every request
+# takes the general path (the same answers: a switch to compare the two, or to rule the fast path out).
+INTAKE_FAST_PATH = env_bool("INTAKE_FAST_PATH", True)
 # When set, /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is open.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # A directory every process of the host writes its metric samples to, summed by /metrics (prometheus_client
@@ -289,6 +333,10 @@ WEB_MAX_HEADER_BYTES = env_int("WEB_MAX_HEADER_BYTES", 16384)
 POLL_MAX_WAIT_SECONDS = 30
 POLL_THREAD_WAITERS = env_int("POLL_THREAD_WAITERS", 1)
 POLL_THREAD_RECHECK_SECONDS = env_float("POLL_THREAD_RECHECK_SECONDS", 0.5)
+# Long-polls that may wait at once, per credential and per poll endpoint, counted across every web
+# process in Redis at REDIS_URL (intake/waits.py); one over a cap is answered 429 `too_many_waits` at once.
+POLL_MAX_WAITS_PER_CREDENTIAL = env_int("POLL_MAX_WAITS_PER_CREDENTIAL", 20)
+POLL_MAX_WAITS_PER_ENDPOINT = env_int("POLL_MAX_WAITS_PER_ENDPOINT", 4)
 # API calls per second per credential, across every web process (a token bucket in Redis, so it
 # holds across hosts); unset or 0 = no limit. The bucket holds INTAKE_RATE_LIMIT_BURST calls
 # (default: one second's worth). If Redis cannot be reached the limit is not applied, and the log says so.
@@ -367,6 +415,10 @@ WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 1000)
 WEBHOOK_DISPATCH_SECONDS = env_float("WEBHOOK_DISPATCH_SECONDS", 2)
 # A worker's relay publishes due deliveries when the doorbell rings, and at least this often.
 WEBHOOK_RELAY_POLL_SECONDS = env_float("WEBHOOK_RELAY_POLL_SECONDS", 1)
+# At most this many delivery ids are published and not yet claimed at once, across every relay: the backlog
+# waits in PostgreSQL, where the relays choose fairly across tenants (webhooks/delivery/scheduling.py), and the
+# broker's queues stay short. Enough to keep the workers busy between two relay passes.
+WEBHOOK_PUBLISH_WINDOW = env_int("WEBHOOK_PUBLISH_WINDOW", 100)
 # At most this many delivery ids travel in one message (webhooks/delivery/publishing.py).
 WEBHOOK_ENQUEUE_CHUNK = env_int("WEBHOOK_ENQUEUE_CHUNK", 100)
 # Each worker writes a heartbeat to PostgreSQL this often (webhooks/liveness.py); /metrics counts as

@@ -59,3 +59,28 @@ def limit_web_statements() -> None:
     flags.append(f"-c client_connection_check_interval={CLIENT_CONNECTION_CHECK_MS}")
     options = settings.DATABASES["default"].setdefault("OPTIONS", {})
     options["options"] = " ".join([options.get("options", ""), *flags]).strip()
+
+
+# Keepalives PostgreSQL sends on a worker's or beat's session: a host that vanished (cut off, powered off: no
+# FIN, no reset, only silence) is noticed after about idle + interval × count seconds, and its session
+# ends with what it held: row locks, and the advisory lock of the beat that leads (config/beat.py), so the
+# other beat takes over. The operating system's default would wait two hours.
+DEAD_PEER_KEEPALIVES = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
+
+
+def worker_session_options(*, idle_in_transaction: bool = True) -> str:
+    """PostgreSQL startup options of a worker's or beat's sessions: the keepalives above, and (unless the session
+    never opens a transaction) WORKER_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS."""
+    flags = [f"-c {name}={value}" for name, value in DEAD_PEER_KEEPALIVES.items()]
+    idle = herald_settings.worker.WORKER_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
+    if idle_in_transaction and idle > 0:
+        flags.append(f"-c idle_in_transaction_session_timeout={int(idle * 1000)}")
+    return " ".join(flags)
+
+
+def limit_worker_sessions() -> None:
+    """A worker's or beat's database sessions end when their host is lost (worker_session_options); set before
+    the process's first connection, as limit_web_statements is for the web's."""
+    options = settings.DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = " ".join([options.get("options", ""), worker_session_options()]).strip()
+
