@@ -1,8 +1,8 @@
 """HTTP-side metrics: responses by area and status, API write requests by idempotency outcome, calls
 over the rate limit, requests the web worker refused while reading them."""
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
-import webhooks.metrics  # noqa: F401 - sets the multiprocess file naming before any metric exists
+import webhooks.delivery.metrics  # noqa: F401 - sets the multiprocess file naming before any metric exists
 
 INTAKE_OUTCOMES = ("executed", "replayed", "mismatch", "in_progress", "released", "rejected")
 
@@ -11,6 +11,12 @@ intake_requests = Counter(
 
 api_throttled = Counter(
     "herald_api_throttled", "API calls answered 429 because their credential was over INTAKE_RATE_LIMIT_PER_SECOND")
+polls_refused = Counter(
+    "herald_polls_refused",
+    "Long-polls answered 429 too_many_waits, by the cap that was full (credential or endpoint)", ["cap"])
+polls_parked = Gauge(
+    "herald_polls_parked", "Long-polls waiting in the web workers' event loops (holding no thread)",
+    multiprocess_mode="livesum")
 http_refusals = Counter(
     "herald_http_refused",
     "Requests the web worker refused before any thread took them (408 too slow, 413 body too large, 431 head too large)",

@@ -50,6 +50,11 @@ class IdempotencyKey(models.Model):
     # No index of its own: the unique (credential, key) index leads with it (one index less per insert).
     credential = models.ForeignKey(ApiCredential, on_delete=models.CASCADE, related_name="idempotency_keys",
                                    db_index=False)
+    # The tenant the platform acted for (/api/v1/tenants/{tenant}/…): the key is that tenant's too (SPEC §10),
+    # erased with it, never met by a later tenant of the same uid. NULL on every other call (a tenant
+    # credential's keys are its tenant's through the credential). Indexed where set (erasure finds them).
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", null=True, blank=True,
+                               db_index=False)
     key = models.CharField(max_length=255)
     fingerprint = models.CharField(max_length=64)
     method = models.CharField(max_length=10)
@@ -64,8 +69,17 @@ class IdempotencyKey(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [models.UniqueConstraint(fields=["credential", "key"], name="idempotency_credential_key")]
-        indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_at")]
+        # (credential, tenant, key), each half its own partial index: PostgreSQL 14 has no NULLS NOT DISTINCT.
+        constraints = [
+            models.UniqueConstraint(fields=["credential", "key"], condition=models.Q(tenant__isnull=True),
+                                    name="idempotency_credential_key"),
+            models.UniqueConstraint(fields=["credential", "tenant", "key"], condition=models.Q(tenant__isnull=False),
+                                    name="idempotency_credential_tenant_key"),
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="idempotency_expires_at"),
+                   # the erasure of a tenant finds the platform's keys for it (the few that have one)
+                   models.Index(fields=["tenant"], condition=models.Q(tenant__isnull=False),
+                                name="idempotency_tenant")]
 
     def __str__(self) -> str:
         return f"{self.key} ({self.response_status})"

@@ -6,7 +6,15 @@ and acts for one under /api/v1/tenants/{tenant}/. The rule is `scope_refusal`, a
 idempotency middleware before any key is taken (so a refusal is never stored), and to every call by
 DRF's permission check. The deployment's own resources (the event-type catalog, SPEC §12) are reached by
 every credential; their views say who may write (`ReadByAnyWriteByPlatform`).
+
+The rule reads the route the request is served by, never `request.path`: that one begins with SCRIPT_NAME,
+the mount point the WSGI server was told, which is no part of routing (SPEC §2). DRF's check gives it the
+URL pattern Django resolved (`request_route`); the idempotency layer, before routing, `path_info` itself,
+which routes the same (the API's patterns are literal prefixes) without resolving on the hot path. The views check the credential's kind once more
+themselves (intake/views.py), so a slip here is not yet a tenant acting as the platform.
 """
+from django.http import HttpRequest
+from django.urls import Resolver404, resolve
 from rest_framework.exceptions import APIException
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
@@ -27,8 +35,22 @@ def credential_is_platform(credential) -> bool:
     return getattr(credential, "is_platform", False)
 
 
+def request_route(request: HttpRequest):
+    """(the route's path, its arguments): the pattern this request is routed by, as a path
+    (`/api/v1/tenants/<str:tenant>/events`), and the values it took (`{"tenant": "acme"}`). Resolved
+    from `path_info` as Django's handler resolves it (the view's own `resolver_match` once there); a path
+    no route takes is its own route, without arguments (it is answered 404)."""
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        try:
+            match = resolve(request.path_info)
+        except Resolver404:
+            return request.path_info, {}
+    return "/" + match.route, match.kwargs
+
+
 def scope_refusal(credential, path: str) -> APIException | None:
-    """Why this credential may not call this /api/v1/ path, or None if it may."""
+    """Why this credential may not call the route `path` (request_route's), or None if it may."""
     from intake.problems import Forbidden, TenantRequired  # (not at import: DRF loads this module early)
 
     if is_platform_path(path):
@@ -46,7 +68,7 @@ class HasCredential(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.auth is None:
             return False
-        refusal = scope_refusal(request.auth, request.path)
+        refusal = scope_refusal(request.auth, request_route(request)[0])
         if refusal is not None:
             raise refusal
         return True

@@ -1,5 +1,9 @@
 """RFC 9457 problem+json errors with the stable `code`s of SPEC §5."""
 import json
+import sys
+
+import psycopg
+from django import db
 
 from django.http import HttpResponse
 from rest_framework import exceptions
@@ -22,15 +26,23 @@ TITLES = {
     "idempotency_key_reused": "Idempotency-Key reused with another request",
     "idempotency_key_in_progress": "A request with this Idempotency-Key is in progress",
     "throttled": "Too many requests",
+    "too_many_waits": "Too many long-polls waiting",
     "request_timeout": "Request timeout",
     "request_header_fields_too_large": "Request header fields too large",
+    "uri_too_long": "URI too long",
     "malformed_request": "Malformed HTTP request",
     "permission_denied": "Permission denied",
     "forbidden": "Forbidden",
     "tenant_required": "A tenant is required",
     "conflict": "Conflict",
+    "recovery_in_progress": "A recovery of this endpoint is running",
     "server_error": "Internal server error",
+    "database_unavailable": "Database unavailable",
 }
+
+# Seconds a client is asked to wait when the database is unavailable (a failover takes about 10 s; a
+# client retrying every 2 s with the same Idempotency-Key gets its answer soon after the new primary serves).
+DATABASE_RETRY_AFTER_SECONDS = 2
 
 
 def problem_body(*, status_code: int, code: str, detail: str, errors: dict | None = None) -> dict:
@@ -144,8 +156,37 @@ class Conflict(exceptions.APIException):
     default_detail = "This conflicts with an existing object."
 
 
+class RecoveryInProgress(Conflict):
+    """409 `recovery_in_progress`: a recovery of this endpoint is running (SPEC §11); wait for it to complete."""
+
+    default_code = "recovery_in_progress"
+    default_detail = "A recovery of this endpoint is running."
+
+
+def database_unavailable(exc: BaseException | None) -> bool:
+    """Whether `exc` says the database could not serve: no connection, a connection lost or cut (a
+    restart, a failover), a server starting or shutting down, a node that no longer accepts writes
+    (read-only after a demotion), or a statement cancelled by its timeout. Not a bug of ours: the same
+    request may succeed in a moment."""
+    while exc is not None:
+        if isinstance(exc, (db.OperationalError, db.InterfaceError, psycopg.OperationalError,
+                            psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction)):
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def server_error(request, *args, **kwargs) -> HttpResponse:
-    """handler500: problem+json like every other error (SPEC §5), never Django's HTML page."""
+    """handler500: problem+json like every other error (SPEC §5), never Django's HTML page.
+
+    Django calls it while handling the exception, so the exception is at hand: when the database could not
+    serve (database_unavailable), the answer is 503 `database_unavailable` with `Retry-After`, so clients and
+    proxies retry (with the same Idempotency-Key: the failed request left no key behind)."""
+    if database_unavailable(sys.exc_info()[1]):
+        return problem_response(status_code=503, code="database_unavailable",
+                                detail="The database is unavailable for a moment (a restart or a failover); "
+                                       "retry with the same Idempotency-Key.",
+                                headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
     return problem_response(status_code=500, code="server_error",
                             detail="Something went wrong on our side; retry with the same Idempotency-Key.")
 
@@ -153,3 +194,16 @@ def server_error(request, *args, **kwargs) -> HttpResponse:
 def not_found(request, exception=None) -> HttpResponse:
     """handler404 for URLs that match no route."""
     return problem_response(status_code=404, code="not_found", detail=f"No route for {request.path}.")
+
+
+class TooManyWaits(exceptions.APIException):
+    """429 `too_many_waits`: the credential or the poll endpoint already has as many long-polls waiting as
+    POLL_MAX_WAITS_PER_CREDENTIAL / POLL_MAX_WAITS_PER_ENDPOINT allow (intake/waits.py); `Retry-After` is
+    when the first of them ends at the latest."""
+
+    status_code = 429
+    default_code = "too_many_waits"
+
+    def __init__(self, detail: str, wait: int):
+        super().__init__(detail)
+        self.wait = wait   # DRF's handler sends it as Retry-After

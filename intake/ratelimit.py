@@ -100,7 +100,7 @@ class RateLimitMiddleware:
                                    herald_settings.api.INTAKE_RATE_LIMIT_BURST)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
+        if request.path_info.startswith("/api/"):  # the routed path: never the client-influenced mount point
             # Cached only where the idempotency layer checks it again (intake/credentials.py).
             credential = credential_from_authorization(request.META.get("HTTP_AUTHORIZATION"),
                                                        cached=guarded(request))

@@ -86,6 +86,8 @@ class HeraldAutoSchema(AutoSchema):
         writes = method in ("POST", "PATCH")
         problems = dict(_WRITE_PROBLEMS if writes else _READ_PROBLEMS)
         problems["429"] = _THROTTLED + (", with the same key" if writes else "")
+        # answered by the web server before any view: a request line over 4,094 bytes (a long query, a long id)
+        problems["414"] = "`uri_too_long`: the request line is over 4,094 bytes"
         if "{" in path:
             problems["404"] = "`not_found`: no such object for this tenant"
         if path.startswith("/api/v1/tenants"):

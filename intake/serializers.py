@@ -61,7 +61,7 @@ _AUTH_SCHEMA = {
 @extend_schema_field({"type": "object", "additionalProperties": {"type": "string", "maxLength": 1024},
                       "maxProperties": 20, "nullable": True})
 class _HeadersInput(serializers.JSONField):
-    """Checked by the endpoint service (webhooks/access.py), which owns the rules."""
+    """Checked by the endpoint service (webhooks/delivery/destinations/access.py), which owns the rules."""
 
 
 @extend_schema_field(_AUTH_SCHEMA)
@@ -78,28 +78,55 @@ class _ClientCertificateInput(serializers.JSONField):
 
 
 class EndpointCreateInput(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=[Endpoint.HTTP, Endpoint.POLL], required=False, default=Endpoint.HTTP,
+    kind = serializers.ChoiceField(choices=[kind for kind, _ in Endpoint.KINDS], required=False, default=Endpoint.HTTP,
                                    help_text=(
                                        "http: Herald POSTs each message to `url`. poll: no `url`; its consumer "
-                                       "reads the messages with `GET /endpoints/{id}/messages` (or `herald listen`)."))
-    url = serializers.URLField(max_length=2000, required=False, help_text="Required for kind http; none for poll.")
+                                       "reads the messages with `GET /endpoints/{id}/messages` (or `herald listen`). "
+                                       "amqp, redis_stream, nats: each message goes to the tenant's broker at `url` "
+                                       "(with the kind's fields: exchange and routing_key; stream and maxlen; subject)."))
+    url = serializers.CharField(max_length=2000, required=False, help_text=(
+        "Required for kind http (an http or https URL) and the broker kinds (amqp://, redis://, nats://, with "
+        "credentials if the broker wants them: stored encrypted, never returned); none for poll."))
+    # The broker kinds' fields (SPEC §14), checked by their destination modules (webhooks/delivery/destinations/)
+    exchange = serializers.CharField(max_length=255, required=False, allow_blank=True, trim_whitespace=False,
+                                     help_text="amqp: the exchange to publish to (\"\" for the default exchange).")
+    routing_key = serializers.CharField(max_length=255, required=False, trim_whitespace=False,
+                                        help_text="amqp: the routing key; the message is mandatory, so a key no "
+                                                  "queue is bound to is a failed attempt.")
+    stream = serializers.CharField(max_length=512, required=False, trim_whitespace=False,
+                                   help_text="redis_stream: the stream's key (XADD).")
+    maxlen = serializers.IntegerField(min_value=1, max_value=10_000_000, required=False, allow_null=True,
+                                      help_text="redis_stream: trim the stream to about this many entries "
+                                                "(XADD MAXLEN ~ N); null: no trimming.")
+    subject = serializers.CharField(max_length=255, required=False, trim_whitespace=False,
+                                    help_text="nats: the subject to publish to; a JetStream stream must take it.")
     event_types = serializers.ListField(child=serializers.CharField(max_length=200), required=False,
                                         default=list, max_length=100)
     channels = serializers.ListField(child=_ChannelField(), required=False, default=list,
                                      max_length=MAX_CHANNELS)
     description = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
-    max_in_flight = serializers.IntegerField(min_value=1, max_value=1000, required=False, allow_null=True,
-                                             default=None, help_text=(
+    max_in_flight = serializers.IntegerField(min_value=1, max_value=Endpoint.MAX_IN_FLIGHT_MAX, required=False,
+                                             allow_null=True, default=None, help_text=(
                                                  "Attempts in flight to this endpoint at once, across all workers; "
                                                  "null: the deployment's default (WEBHOOK_ENDPOINT_MAX_IN_FLIGHT)."))
-    throttle_rate = serializers.IntegerField(min_value=1, max_value=10000, required=False, allow_null=True,
-                                             default=None, help_text=(
+    throttle_rate = serializers.IntegerField(min_value=1, max_value=Endpoint.THROTTLE_RATE_MAX, required=False,
+                                             allow_null=True, default=None, help_text=(
                                                  "Attempts started per second at most, across all workers; "
                                                  "null: no limit."))
     ordering = serializers.ChoiceField(choices=[Endpoint.UNORDERED, Endpoint.FIFO], required=False,
                                        default=Endpoint.UNORDERED, help_text=(
                                            "fifo: one delivery at a time, in event order; the next goes only "
                                            "once the previous one succeeded, failed or was cancelled."))
+    signature = serializers.ChoiceField(choices=[Endpoint.V1, Endpoint.V1A], required=False, default=Endpoint.V1,
+                                        help_text=(
+                                            "v1: HMAC-SHA256 with a `whsec_` secret. v1a: ed25519; `GET …/secret` "
+                                            "returns the `whpk_` public key only. Changing it is a rotation: the "
+                                            "current key keeps signing for 24 h beside the new one."))
+    filter = serializers.JSONField(required=False, allow_null=True, default=None, help_text=(
+        "null, or a JSON object (at most 4 KiB) matched against the event's {type, data, channels}: only "
+        "matching events are delivered. Nested keys address nested fields; a plain value is equality (on an "
+        "array, membership); operators $eq $neq $in $nin $gt $gte $lt $lte $exists $startsWith $and $or $not. "
+        "Example: {\"data\": {\"amount\": {\"$gte\": 1000}, \"currency\": {\"$in\": [\"EUR\", \"USD\"]}}}."))
 
     headers = _HeadersInput(required=False, allow_null=True, help_text=(
         "Up to 20 extra HTTP headers sent with every attempt (names [A-Za-z0-9-], at most 64 characters; "
@@ -118,18 +145,29 @@ class EndpointCreateInput(serializers.Serializer):
     def validate_event_types(self, value):
         return _validate_patterns(value)
 
+    def validate_url(self, value):
+        """An HTTP endpoint's URL is checked with the other fields (every error at once); a broker's by its kind's
+        module, in the endpoint service."""
+        kind = self.initial_data.get("kind", Endpoint.HTTP) if isinstance(self.initial_data, dict) else Endpoint.HTTP
+        if kind == Endpoint.HTTP:
+            serializers.URLField().run_validators(value)
+        return value
+
     def validate(self, attrs):
         if attrs["kind"] == Endpoint.POLL and "url" in attrs:
             raise serializers.ValidationError({"url": ["A poll endpoint has no URL: its consumer reads its messages."]})
-        if attrs["kind"] == Endpoint.HTTP and "url" not in attrs:
+        if attrs["kind"] != Endpoint.POLL and "url" not in attrs:
             raise serializers.ValidationError({"url": ["This field is required."]})
         return attrs
 
 
 class EndpointUpdateInput(EndpointCreateInput):
     kind = None  # set once, at creation
-    url = serializers.URLField(max_length=2000, required=False)
+    url = serializers.CharField(max_length=2000, required=False)
     enabled = serializers.BooleanField(required=False)
+
+    def validate_url(self, value):
+        return value  # the endpoint's kind decides (the endpoint service checks it)
 
     def validate(self, attrs):
         return attrs
@@ -172,8 +210,8 @@ class EndpointOutput(serializers.ModelSerializer):
     class Meta:
         model = Endpoint
         fields = ["id", "kind", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-                  "max_in_flight", "throttle_rate", "ordering", "header_names", "auth", "client_certificate",
-                  "health", "created_at", "updated_at"]
+                  "max_in_flight", "throttle_rate", "ordering", "signature", "filter", "header_names", "auth",
+                  "client_certificate", "health", "created_at", "updated_at"]
 
     def get_header_names(self, endpoint: Endpoint) -> list[str]:
         access = endpoint_access(endpoint=endpoint)
@@ -195,7 +233,15 @@ class EndpointOutput(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.URLField(allow_null=True))
     def get_url(self, endpoint: Endpoint) -> str | None:
-        return endpoint.url or None  # a poll endpoint has none
+        return endpoint.url or None  # a poll endpoint has none; a broker's is shown without its credentials
+
+    def to_representation(self, endpoint: Endpoint) -> dict:
+        """A broker endpoint shows its kind's fields too (exchange, routing_key; stream, maxlen; subject)."""
+        data = super().to_representation(endpoint)
+        access = endpoint_access(endpoint=endpoint) if endpoint.kind not in (Endpoint.HTTP, Endpoint.POLL) else None
+        if access is not None:
+            data.update({name: value for name, value in access.destination.items() if name != "kind"})
+        return data
 
     def get_max_in_flight(self, endpoint: Endpoint) -> int:
         return endpoint_max_in_flight(endpoint)
@@ -210,7 +256,29 @@ class EndpointOutput(serializers.ModelSerializer):
 
 
 class EndpointSecretOutput(serializers.Serializer):
-    secret = serializers.CharField(help_text="The current signing secret, `whsec_` + base64 of 32 bytes.")
+    secret = serializers.CharField(required=False, help_text=(
+        "The current signing secret, `whsec_` + base64 of 32 bytes (a `v1` endpoint)."))
+    public_key = serializers.CharField(required=False, help_text=(
+        "The current ed25519 public key, `whpk_` + base64 of the raw 32 bytes (a `v1a` endpoint; the private "
+        "key is never returned)."))
+
+
+class PortalThemeInput(serializers.Serializer):
+    """How the portal session looks: shown on its pages, every value escaped."""
+
+    name = serializers.CharField(max_length=100, required=False, help_text="Shown in the page header and title.")
+    logo_url = serializers.URLField(max_length=2000, required=False, help_text="An https image URL.")
+    accent = serializers.RegexField(r"\A#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6})\Z", required=False,
+                                    help_text="A colour, #rgb or #rrggbb: the header's background.")
+
+    def validate_logo_url(self, value: str) -> str:
+        if not value.lower().startswith("https://"):
+            raise serializers.ValidationError("The logo URL must be https.")
+        return value
+
+
+class PortalLinkInput(serializers.Serializer):
+    theme = PortalThemeInput(required=False, help_text="How that session's pages look (optional).")
 
 
 class PortalLinkOutput(serializers.Serializer):
@@ -257,6 +325,58 @@ def event_create_input(data) -> dict | None:
     except (TypeError, ValueError):
         return None
     return {"type": event_type, "data": data["data"], "channels": list(channels)}
+
+
+MAX_BATCH_EVENTS = 500
+
+
+class EventBatchCreateInput(serializers.Serializer):
+    """The body of `POST /events/batch` (for the OpenAPI schema; `event_batch_input` validates it)."""
+
+    events = EventCreateInput(many=True, min_length=1, max_length=MAX_BATCH_EVENTS)
+
+
+def event_batch_input(data) -> list[dict]:
+    """The validated events of a batch, in order; or a ValidationError whose `errors` are keyed by JSON
+    pointer into the body (`/events`, `/events/3/type`, `/events/3/channels/0`), every invalid event's."""
+    events = data.get("events") if isinstance(data, dict) else None
+    if not isinstance(events, list):
+        raise serializers.ValidationError({"/events": ["A list of 1 to %d events is required." % MAX_BATCH_EVENTS]})
+    if not 1 <= len(events) <= MAX_BATCH_EVENTS:
+        raise serializers.ValidationError(
+            {"/events": [f"A batch holds 1 to {MAX_BATCH_EVENTS} events; this one has {len(events)}."]})
+    valid: list[dict] = []
+    errors: dict[str, list[str]] = {}
+    for index, item in enumerate(events):
+        fast = event_create_input(item)
+        if fast is not None:
+            valid.append(fast)
+            continue
+        if not isinstance(item, dict):
+            errors[f"/events/{index}"] = ["Each event is an object {type, data, channels?}."]
+            continue
+        serializer = EventCreateInput(data=item)
+        if serializer.is_valid():
+            valid.append(dict(serializer.validated_data))
+        else:
+            _pointer_errors(serializer.errors, f"/events/{index}", errors)
+    if errors:
+        raise serializers.ValidationError(errors)
+    return valid
+
+
+def _pointer_errors(detail, at: str, out: dict[str, list[str]]) -> None:
+    """DRF's nested error detail flattened to {JSON pointer: [messages]}."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = str(key).replace("~", "~0").replace("/", "~1")
+            _pointer_errors(value, at if key == "non_field_errors" else f"{at}/{name}", out)
+    elif isinstance(detail, list) and detail and all(isinstance(item, (dict, list)) for item in detail):
+        for index, item in enumerate(detail):
+            if item:
+                _pointer_errors(item, f"{at}/{index}", out)
+    else:
+        out.setdefault(at, []).extend(str(item) for item in (detail if isinstance(detail, list) else [detail]))
 
 
 class DeliverySummaryOutput(serializers.Serializer):
@@ -395,6 +515,12 @@ DeliveryPageOutput = _page("DeliveryPage", DeliveryOutput)
 EventTypePageOutput = _page("EventTypePage", EventTypeOutput)
 
 
+class EventBatchOutput(serializers.Serializer):
+    """The answer of `POST /events/batch`: every event, in the order sent, as `POST /events` answers it."""
+
+    data = EventOutput(many=True)
+
+
 class MessagesQueryInput(serializers.Serializer):
     after = serializers.RegexField(r"^[0-9]{1,19}$", required=False, help_text=(
         "A `next_cursor` this endpoint returned: acknowledges every message served up to it (they become "
@@ -445,6 +571,10 @@ def _validate_metadata(value):
     return value
 
 
+DELIVERY_WEIGHT_HELP = ("1-100: its share of the delivery workers, in proportion to the others' weights, while "
+                        "other tenants have deliveries waiting too.")
+
+
 class TenantCreateInput(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     uid = serializers.RegexField(f"^{TENANT_UID_PATTERN}$", required=False, allow_null=True, default=None,
@@ -453,6 +583,8 @@ class TenantCreateInput(serializers.Serializer):
     max_endpoints = serializers.IntegerField(min_value=0, max_value=TENANT_MAX_ENDPOINTS_CEILING, required=False,
                                              allow_null=True, default=None,
                                              help_text="Endpoints it may have; null: TENANT_MAX_ENDPOINTS.")
+    delivery_weight = serializers.IntegerField(min_value=1, max_value=100, required=False, default=1,
+                                               help_text=DELIVERY_WEIGHT_HELP)
     metadata = serializers.JSONField(required=False, default=dict,
                                      help_text="A JSON object of at most 4 KiB, yours to use.")
 
@@ -470,6 +602,8 @@ class TenantUpdateInput(serializers.Serializer):
     max_endpoints = serializers.IntegerField(min_value=0, max_value=TENANT_MAX_ENDPOINTS_CEILING, required=False,
                                              allow_null=True,
                                              help_text="Endpoints it may have; null: TENANT_MAX_ENDPOINTS.")
+    delivery_weight = serializers.IntegerField(min_value=1, max_value=100, required=False,
+                                               help_text=DELIVERY_WEIGHT_HELP)
     metadata = serializers.JSONField(required=False)
 
     def validate_metadata(self, value):
@@ -485,6 +619,7 @@ class TenantOutput(serializers.Serializer):
     uid = serializers.CharField(allow_null=True)
     name = serializers.CharField()
     max_endpoints = serializers.IntegerField(allow_null=True, help_text="null: the deployment's TENANT_MAX_ENDPOINTS.")
+    delivery_weight = serializers.IntegerField(help_text=DELIVERY_WEIGHT_HELP)
     metadata = serializers.DictField()
     created_at = serializers.DateTimeField()
 

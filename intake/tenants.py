@@ -1,7 +1,7 @@
 """Tenants managed by a platform credential (SPEC §10): create, find by id or uid, change, delete, erase.
 
 A tenant is the delivery side's (webhooks.models.Tenant); its credentials and idempotency keys are
-intake's. Deleting one is a few small writes in one transaction: the tenant is marked deleted (404 from
+intake's (the keys of its own credentials, and the platform's keys of calls made for it). Deleting one is a few small writes in one transaction: the tenant is marked deleted (404 from
 then on), its endpoints are taken down (the claim closes whatever was still queued for them: nothing
 more is delivered), its credentials revoked and its portal links ended (its portal sessions end).
 Beat then erases everything it owns in batches (`tenants_erase`), with retention's pacing
@@ -19,7 +19,9 @@ from django.utils import timezone
 from intake.credentials import credential_issue, credentials_revoke
 from intake.models import ApiCredential, IdempotencyKey
 from webhooks.conf import herald_settings
-from webhooks.models import Endpoint, Tenant
+from webhooks.delivery import endpoints
+from webhooks.models import Tenant
+from webhooks.services.endpoints import TenantGone
 from webhooks.services.portal import portal_links_end
 from webhooks.services.retention import Erased, Pacer, tenant_erase_owned, tenant_erase_row
 
@@ -48,17 +50,18 @@ def tenant_get(*, ref: str) -> Tenant | None:
 
 
 def tenant_create(*, name: str, uid: str | None = None, max_endpoints: int | None = None,
-                  metadata: dict | None = None) -> Tenant:
+                  metadata: dict | None = None, delivery_weight: int = 1) -> Tenant:
     try:
         with transaction.atomic():
-            return Tenant.objects.create(name=name, uid=uid, max_endpoints=max_endpoints, metadata=metadata or {})
+            return Tenant.objects.create(name=name, uid=uid, max_endpoints=max_endpoints, metadata=metadata or {},
+                                         delivery_weight=delivery_weight)
     except IntegrityError as exc:
         if uid is not None and "tenant_live_uid" in str(exc):
             raise UidTaken(uid) from None
         raise
 
 
-TENANT_UPDATABLE = ("name", "metadata", "max_endpoints")
+TENANT_UPDATABLE = ("name", "metadata", "max_endpoints", "delivery_weight")
 
 
 def tenant_update(*, tenant: Tenant, **changes) -> Tenant:
@@ -78,8 +81,7 @@ def tenant_delete(*, tenant: Tenant) -> Tenant:
     # The row lock first: an endpoint being created for it (which holds that lock) commits before, and
     # is taken down below with the others.
     Tenant.objects.filter(pk=tenant.pk, deleted_at__isnull=True).update(deleted_at=now)
-    Endpoint.objects.filter(tenant=tenant, deleted_at__isnull=True).update(deleted_at=now, enabled=False,
-                                                                          updated_at=now)
+    endpoints.endpoints_of_tenant_take_down(tenant=tenant, now=now)
     credentials_revoke(credential_ids=list(ApiCredential.objects.filter(tenant=tenant).values_list("pk", flat=True)))
     portal_links_end(tenant=tenant)
     tenant.refresh_from_db()
@@ -87,7 +89,14 @@ def tenant_delete(*, tenant: Tenant) -> Tenant:
     return tenant
 
 
+@transaction.atomic
 def tenant_credential_issue(*, tenant: Tenant) -> tuple[ApiCredential, str]:
+    """A new credential for the tenant, under its row lock, so that it never outlives a deletion running at
+    the same moment: a deletion that got the lock first is seen here (TenantGone), and one that waits for
+    it revokes this credential with the others (its revocation runs after this commits). FOR NO KEY
+    UPDATE, as an endpoint's creation takes it (webhooks/services/endpoints.py)."""
+    if not Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk, deleted_at__isnull=True).exists():
+        raise TenantGone(tenant.pk)
     return credential_issue(tenant=tenant, name="made by the platform API")
 
 
@@ -100,12 +109,28 @@ def tenant_credential_revoke(*, tenant: Tenant, credential_id: int) -> bool:
 
 
 # --- Erasure (beat) -------------------------------------------------------------------------------
+# Its keys: its own credentials', and the platform's stored answers for it (SPEC §10: the events' data is in
+# them, and its uid may be given to a new tenant), each found by its own index.
+_KEYS = IdempotencyKey._meta.db_table
 _KEYS_SQL = f"""
-DELETE FROM {IdempotencyKey._meta.db_table} WHERE id IN (
-    SELECT k.id FROM {IdempotencyKey._meta.db_table} k
-     WHERE k.credential_id IN (SELECT c.id FROM {ApiCredential._meta.db_table} c WHERE c.tenant_id = %(tenant)s)
-     LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+WITH own AS (
+    DELETE FROM {_KEYS} WHERE id IN (
+        SELECT k.id FROM {_KEYS} k
+         WHERE k.credential_id IN (SELECT c.id FROM {ApiCredential._meta.db_table} c WHERE c.tenant_id = %(tenant)s)
+         LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+), platforms AS (
+    DELETE FROM {_KEYS} WHERE id IN (
+        SELECT k.id FROM {_KEYS} k WHERE k.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM own) + (SELECT count(*) FROM platforms)
 """
+
+
+def _keys_left(tenant_id: str) -> bool:
+    keys = IdempotencyKey.objects
+    return keys.filter(credential__tenant_id=tenant_id).exists() or keys.filter(tenant_id=tenant_id).exists()
 
 
 def erasure_grace() -> timedelta:
@@ -130,11 +155,11 @@ def tenants_erase(*, max_seconds: float | None = None, pause_ratio: float | None
         def keys_batch() -> bool:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(_KEYS_SQL, {"tenant": tenant_id, "batch": batch})
-                deleted = cursor.rowcount
+                deleted = cursor.fetchone()[0]
             erased.other += deleted
             return deleted > 0
 
-        if not pacer.run(keys_batch) or IdempotencyKey.objects.filter(credential__tenant_id=tenant_id).exists():
+        if not pacer.run(keys_batch) or _keys_left(tenant_id):
             break  # out of time, or a key a request still held: the next run
         try:
             with transaction.atomic():

@@ -20,6 +20,7 @@ tenant_urlpatterns = [
     path("recoveries/<str:recovery_id>", views.RecoveryDetailView.as_view(), name="recovery-detail"),
     path("portal-links", views.PortalLinkView.as_view(), name="portal-links"),
     path("events", views.EventListCreateView.as_view(), name="event-list"),
+    path("events/batch", views.EventBatchCreateView.as_view(), name="event-batch"),
     path("events/<str:event_id>", views.EventDetailView.as_view(), name="event-detail"),
     path("deliveries", views.DeliveryListView.as_view(), name="delivery-list"),
     path("deliveries/<str:delivery_id>", views.DeliveryDetailView.as_view(), name="delivery-detail"),

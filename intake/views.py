@@ -18,12 +18,15 @@ from intake.longpoll import ENVIRON_KEY as longpoll_environ_key
 from intake.longpoll import LongPoll
 from intake import serializers as io
 from intake.pagination import PageParams, paginate
+from intake.credentials import credential_acted_for
 from intake.links import portal_link_url
-from intake.permissions import IsPlatformCredential, ReadByAnyWriteByPlatform
-from intake.problems import Conflict, NotFound
+from intake.permissions import IsPlatformCredential, ReadByAnyWriteByPlatform, credential_is_platform
+from intake import waits
+from intake.problems import Conflict, Forbidden, NotFound, RecoveryInProgress, TenantRequired, TooManyWaits
 from intake.tenants import (UidTaken, tenant_create, tenant_credential_issue, tenant_credential_revoke, tenant_delete,
                             tenant_get, tenant_list, tenant_update)
 from webhooks import selectors
+from webhooks.filters import FilterInvalid
 from webhooks.conf import herald_settings
 from webhooks.delivery import retries
 from webhooks.models import Delivery, Endpoint
@@ -41,7 +44,9 @@ class TenantAPIView(APIView):
 
     `self.tenant` is the one place the acting tenant is decided: the credential's own tenant, or the
     live tenant the URL names (by id or uid; 404 if there is none). Which kind of credential may call
-    which family is checked before (intake/permissions.py), so a view never sees the wrong one.
+    which family is checked before (intake/permissions.py), and once more here, by the route this view
+    was reached by (`initial`): a tenant credential never acts through /tenants/{tenant}/, a platform
+    credential never without it, whatever a header or a slip before made of the path.
     """
 
     acts_for_tenant = True
@@ -51,11 +56,21 @@ class TenantAPIView(APIView):
         self.tenant_ref = kwargs.pop("tenant", None)
         return super().dispatch(request, *args, **kwargs)
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if self.tenant_ref is not None and not credential_is_platform(request.auth):
+            raise Forbidden("A tenant credential cannot act through /api/v1/tenants; a platform credential can.")
+        if self.tenant_ref is None and credential_is_platform(request.auth):
+            raise TenantRequired()
+
     @cached_property
     def tenant(self):
         if self.tenant_ref is None:
             return self.request.auth.tenant
-        return self.found(tenant_get(ref=self.tenant_ref))
+        tenant = self.found(_acting_tenant(self.request, self.tenant_ref))
+        # this credential's next requests for this tenant wait for a thread in a queue of their own
+        credential_acted_for(credential_id=self.request.auth.pk, ref=self.tenant_ref, tenant_id=tenant.pk)
+        return tenant
 
     def location(self, name: str, *args) -> str:
         """The URL of a named route, in the family this request came in by."""
@@ -74,6 +89,16 @@ class TenantAPIView(APIView):
         return Response({"data": serializer_class(rows, many=True).data, "next_cursor": next_cursor})
 
 
+def _acting_tenant(request, ref: str):
+    """The live tenant `ref` names (id or uid), or None. Where the idempotency layer resolved it for this
+    request's key (intake/idempotency/middleware.py), that tenant by its id, if still live: the key and the
+    work name one tenant, even were the uid given to another meanwhile."""
+    resolved = getattr(request, "herald_tenant", None)
+    if resolved is not None and ref in (resolved.pk, resolved.uid):
+        ref = resolved.pk
+    return tenant_get(ref=ref)
+
+
 def _validated(serializer_class, data, **kwargs) -> dict:
     serializer = serializer_class(data=data, **kwargs)
     serializer.is_valid(raise_exception=True)
@@ -86,6 +111,11 @@ def _refused_url(exc: endpoint_services.EndpointUrlRefused) -> serializers.Valid
 
 def _refused_access(exc: endpoint_services.EndpointAccessRefused) -> serializers.ValidationError:
     return serializers.ValidationError({exc.field: [str(exc)]})
+
+
+def _refused_filter(exc: FilterInvalid) -> serializers.ValidationError:
+    """A filter that cannot be used: keyed by the JSON pointer of the offending part (`/filter/data/amount/$gt`)."""
+    return serializers.ValidationError({"/filter" + exc.pointer: [str(exc)]})
 
 
 class EndpointListCreateView(TenantAPIView):
@@ -108,6 +138,8 @@ class EndpointListCreateView(TenantAPIView):
             raise NotFound() from None
         except endpoint_services.EndpointAccessRefused as exc:
             raise _refused_access(exc) from None
+        except FilterInvalid as exc:
+            raise _refused_filter(exc) from None
         return Response(io.EndpointOutput(endpoint).data, status=status.HTTP_201_CREATED,
                         headers={"Location": self.location("endpoint-detail", endpoint.id)})
 
@@ -130,6 +162,8 @@ class EndpointDetailView(TenantAPIView):
             raise _refused_url(exc) from None
         except endpoint_services.EndpointAccessRefused as exc:
             raise _refused_access(exc) from None
+        except FilterInvalid as exc:
+            raise _refused_filter(exc) from None
         return Response(io.EndpointOutput(endpoint).data)
 
     @extend_schema(operation_id="endpoints_delete", responses={204: None})
@@ -140,13 +174,13 @@ class EndpointDetailView(TenantAPIView):
 
 
 class EndpointSecretView(TenantAPIView):
-    """GET: the endpoint's current signing secret: the only call that returns one (never cached)."""
+    """GET: the endpoint's current signing secret (`{secret}`), or for a v1a endpoint its public key
+    (`{public_key}`; the private key is never returned): the only call that returns one (never cached)."""
 
     @extend_schema(operation_id="endpoints_secret", responses=io.EndpointSecretOutput)
     def get(self, request, endpoint_id):
         endpoint = self.found(selectors.endpoint_get(tenant=self.tenant, endpoint_id=endpoint_id))
-        return Response({"secret": selectors.endpoint_secret(endpoint=endpoint)},
-                        headers={"Cache-Control": "no-store"})
+        return Response(selectors.endpoint_secret_shown(endpoint=endpoint), headers={"Cache-Control": "no-store"})
 
 
 class EndpointRotateSecretView(TenantAPIView):
@@ -188,17 +222,44 @@ class EndpointMessagesView(TenantAPIView):
         deadline = longpoll.deadline if longpoll is not None and longpoll.deadline is not None else None
         if deadline is None:
             deadline = monotonic() + query["wait"]
-        since = monotonic()
-        page = polling.endpoint_messages(endpoint=endpoint, after=after, limit=limit)
-        if not page.messages and deadline - monotonic() > 0.01:
+        # A poll that may wait takes its place under POLL_MAX_WAITS_* first, so that one over a cap is answered
+        # at once and costs nothing more (no transaction, no lock on the endpoint); one that finds messages
+        # gives its place back when it is answered (ParkingApp, or below).
+        wait = longpoll.wait if longpoll is not None else None
+        if query["wait"] > 0 and wait is None:
             if longpoll is not None:
-                # the worker waits for a NOTIFY of this endpoint (or the deadline), then runs this again
-                longpoll.park(key=endpoint.pk, deadline=deadline, since=since)
-            else:
-                page = _wait_on_thread(endpoint=endpoint, after=after, limit=limit, deadline=deadline) or page
+                longpoll.refused = True   # a 429 from here closes the connection
+            wait = _take_wait(request, endpoint, deadline)
+            if longpoll is not None:
+                longpoll.refused, longpoll.wait = False, wait
+        try:
+            since = monotonic()
+            page = polling.endpoint_messages(endpoint=endpoint, after=after, limit=limit)
+            if not page.messages and deadline - monotonic() > 0.01:
+                if longpoll is not None:
+                    # the worker waits for a NOTIFY of this endpoint (or the deadline), then runs this again
+                    longpoll.park(key=endpoint.pk, deadline=deadline, since=since)
+                else:
+                    page = _wait_on_thread(endpoint=endpoint, after=after, limit=limit, deadline=deadline) or page
+        finally:
+            if longpoll is None:
+                waits.release(wait)
         return Response({"data": [{"delivery_id": m.delivery_id, "headers": m.headers, "body": m.body}
                                   for m in page.messages], "next_cursor": page.next_cursor},
                         headers={"Cache-Control": "no-store"})
+
+
+def _take_wait(request, endpoint, deadline: float) -> waits.Wait:
+    """A place for this long-poll under POLL_MAX_WAITS_PER_CREDENTIAL and POLL_MAX_WAITS_PER_ENDPOINT, or
+    429 `too_many_waits` at once (intake/waits.py)."""
+    try:
+        return waits.counter().take(credential_id=request.auth.id, endpoint_id=endpoint.pk,
+                                    seconds=max(deadline - monotonic(), 0.0))
+    except waits.WaitsFull as full:
+        owner = "This credential" if full.which == "credential" else "This endpoint"
+        raise TooManyWaits(f"{owner} already has {full.cap} long-polls waiting "
+                           f"(POLL_MAX_WAITS_PER_{full.which.upper()}); retry in {full.retry_after} s, "
+                           "or poll without `wait`.", wait=full.retry_after) from None
 
 
 _thread_waiters = threading.BoundedSemaphore(max(herald_settings.polling.POLL_THREAD_WAITERS, 1))
@@ -231,6 +292,8 @@ class EndpointRecoverView(TenantAPIView):
         data = _validated(io.RecoveryCreateInput, request.data)
         try:
             recovery = recovery_services.recovery_create(tenant=self.tenant, endpoint=endpoint, **data)
+        except recovery_services.RecoveryInProgress as exc:
+            raise RecoveryInProgress(str(exc)) from None
         except recovery_services.RecoveryRefused as exc:
             raise Conflict(str(exc)) from None
         return Response(io.RecoveryOutput(recovery).data, status=status.HTTP_202_ACCEPTED,
@@ -249,9 +312,11 @@ class RecoveryDetailView(TenantAPIView):
 class PortalLinkView(TenantAPIView):
     """POST: a one-time link to the tenant's portal, valid for PORTAL_LINK_SECONDS."""
 
-    @extend_schema(operation_id="portal_links_create", request=None, responses={201: io.PortalLinkOutput})
+    @extend_schema(operation_id="portal_links_create", request=io.PortalLinkInput, responses={201: io.PortalLinkOutput})
     def post(self, request):
-        link, token = portal_services.portal_link_create(tenant=self.tenant, credential_id=request.auth.pk)
+        data = _validated(io.PortalLinkInput, request.data)
+        link, token = portal_services.portal_link_create(tenant=self.tenant, credential_id=request.auth.pk,
+                                                         theme=data.get("theme"))
         response = Response({"url": portal_link_url(request, token), "expires_at": link.expires_at},
                             status=status.HTTP_201_CREATED)
         response.carries_secret = True  # the link is a bearer secret: its stored replay is encrypted at rest
@@ -280,6 +345,22 @@ class EventListCreateView(TenantAPIView):
             raise serializers.ValidationError(exc.errors) from None
         return Response(io.EventOutput(event).data, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": self.location("event-detail", event.id)})
+
+
+class EventBatchCreateView(TenantAPIView):
+    """POST: record 1 to 500 events at once, all or nothing, answered in the order sent (SPEC §4)."""
+
+    @extend_schema(operation_id="events_batch_create", request=io.EventBatchCreateInput,
+                   responses={202: io.EventBatchOutput})
+    def post(self, request):
+        events = io.event_batch_input(request.data)
+        try:
+            made = event_services.event_ingest_many(tenant=self.tenant, events=events)
+        except event_services.EventDataInvalid as exc:  # every insert rolls back with this 400
+            raise serializers.ValidationError(exc.errors) from None
+        output = io.EventOutput()
+        return Response({"data": [output.to_representation(event) for event in made]},
+                        status=status.HTTP_202_ACCEPTED)
 
 
 class EventDetailView(TenantAPIView):
@@ -394,11 +475,14 @@ def _tenant_output(tenant) -> dict:
 
 
 class PlatformAPIView(APIView):
-    """Base view of the calls on tenants themselves; `{tenant}` is an id (`tnt_…`) or a uid."""
+    """Base view of the calls on tenants themselves; `{tenant}` is an id (`tnt_…`) or a uid. A platform
+    credential only: checked by the scope rule (intake/permissions.py) and again here, by this view's own
+    permission, whatever the path looked like."""
 
-    @staticmethod
-    def found_tenant(ref: str):
-        tenant = tenant_get(ref=ref)
+    permission_classes = [IsPlatformCredential]
+
+    def found_tenant(self, ref: str):
+        tenant = _acting_tenant(self.request, ref)
         if tenant is None:
             raise NotFound()
         return tenant
@@ -449,7 +533,10 @@ class TenantCredentialCreateView(PlatformAPIView):
 
     @extend_schema(operation_id="tenants_credentials_create", request=None, responses={201: io.CredentialOutput})
     def post(self, request, tenant):
-        credential, token = tenant_credential_issue(tenant=self.found_tenant(tenant))
+        try:
+            credential, token = tenant_credential_issue(tenant=self.found_tenant(tenant))
+        except endpoint_services.TenantGone:  # deleted while this call was under way
+            raise NotFound() from None
         response = Response(io.CredentialOutput({"public_id": credential.public_id, "token": token,
                                                  "created_at": credential.created_at}).data,
                             status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})

@@ -1,9 +1,12 @@
 """Applies the idempotency contract to every POST and PATCH under /api/v1/, so no view can forget it.
 
 It sits innermost in MIDDLEWARE and wraps the view call itself: authentication first (the
-credential is the scope), then the key and body checks, then one read of the key (a replay ends
+credential is the scope), the scope rule by the routed path (`path_info`), then the key and body
+checks (and the tenant a platform acts for, which scopes its key too), then one read of the key (a replay ends
 there), then one transaction that claims the key (an advisory lock), runs the view and stores its
-answer with the work: one commit per first execution (intake/idempotency/store.py).
+answer with the work: one commit per first execution (intake/idempotency/store.py). POST /api/v1/events's
+usual request goes instead, after the same checks, to its fast path (intake/idempotency/fast_events.py): the read, the
+claim, the work and the store in one statement; whatever that path does not take it hands back untouched.
 """
 import hashlib
 import logging
@@ -12,6 +15,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
+from intake.idempotency import fast_events
 from intake.body import BodyProblem, read_json_body
 from intake.credentials import credential_from_authorization
 from intake.idempotency import store
@@ -19,8 +23,9 @@ from intake.idempotency.fingerprint import request_fingerprint
 from intake.idempotency.keys import InvalidIdempotencyKey, parse_idempotency_key
 from intake.metrics import intake_requests
 from intake.models import IdempotencyKey
-from intake.permissions import scope_refusal
-from intake.problems import problem_response
+from intake.permissions import credential_is_platform, is_platform_path, request_route, scope_refusal
+from intake.problems import NotFound, problem_response
+from intake.tenants import tenant_get
 from webhooks import tracing
 from webhooks.conf import herald_settings
 
@@ -43,8 +48,9 @@ class _Release(Exception):
 
 
 def guarded(request: HttpRequest) -> bool:
-    """Whether the idempotency contract applies to this request (and so its credential may be cached)."""
-    return request.method in GUARDED_METHODS and request.path.startswith(GUARDED_PREFIX)
+    """Whether the idempotency contract applies to this request (and so its credential may be cached).
+    By `path_info`, the path the request is routed by: `request.path` carries the WSGI mount point too."""
+    return request.method in GUARDED_METHODS and request.path_info.startswith(GUARDED_PREFIX)
 
 
 class IdempotencyMiddleware:
@@ -54,7 +60,7 @@ class IdempotencyMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not guarded(request):
             return self.get_response(request)
-        if len(request.path) > MAX_PATH_CHARS:  # no route has one (ids are short), and no key row holds it
+        if len(request.path_info) > MAX_PATH_CHARS:  # no route has one (ids are short), and no key row holds it
             return problem_response(status_code=404, code="not_found", detail="No route for a path this long.")
         return self._guarded(request)
 
@@ -69,10 +75,21 @@ class IdempotencyMiddleware:
             return rejected, "rejected"
         body = request.herald_body
         key = store.Key(credential_id=request.herald_credential.id, key=request.herald_key,
+                        tenant_id=request.herald_key_tenant,
                         fingerprint=request_fingerprint(
-                            method=request.method, path=request.path,
+                            method=request.method, path=request.path_info,
                             query_string=request.META.get("QUERY_STRING", ""), body=body.raw,
                             parsed_body=body.value, body_is_json=body.is_json))
+        if fast_events.takes(request, key):  # POST /api/v1/events's usual request: one statement, or None
+            try:
+                fast = fast_events.event_post(request, key)
+            except BaseException:  # its statement rolled back whole: nothing is stored, the key is free
+                intake_requests.labels("released").inc()
+                raise
+            if isinstance(fast, store.Existing):
+                return self._answer_existing(request, key, fast)
+            if fast is not None:
+                return fast, "executed"
         # Each turn reads what committed before it; another turn follows only a race lost to a request
         # with the same key that finished (answered from its row) or died (this one executes).
         for _ in range(3):
@@ -101,8 +118,10 @@ class IdempotencyMiddleware:
         if credential is None:
             return _not_authenticated()
         request.herald_credential = credential
-        refusal = scope_refusal(credential, request.path)
-        if refusal is not None:  # the wrong kind of credential for the path (SPEC §10)
+        # By path_info, what Django routes (never request.path, which the mount point prefixes): the same
+        # answer as the resolved route's (routes are literal prefixes), without resolving on the hot path.
+        refusal = scope_refusal(credential, request.path_info)
+        if refusal is not None:  # the wrong kind of credential for the route (SPEC §10)
             return problem_response(status_code=refusal.status_code, code=refusal.default_code,
                                     detail=str(refusal.detail))
 
@@ -119,6 +138,19 @@ class IdempotencyMiddleware:
             body = read_json_body(request)
         except BodyProblem as problem:
             return problem_response(status_code=problem.status_code, code=problem.code, detail=problem.detail)
+        # The platform acting for a tenant: its keys there are that tenant's (SPEC §10), by the tenant's id
+        # whether the path named it by id or uid, so that erasing the tenant erases them and a later tenant
+        # given the same uid never meets one. A tenant the path names that does not exist is 404 here,
+        # before any key is taken (never stored: the tenant may be created next, and the retry executes).
+        request.herald_key_tenant = None
+        ref = (request_route(request)[1].get("tenant")
+               if credential_is_platform(credential) and is_platform_path(request.path_info) else None)
+        if ref is not None:
+            tenant = tenant_get(ref=ref)
+            if tenant is None:
+                return problem_response(status_code=404, code="not_found", detail=NotFound.default_detail)
+            request.herald_tenant = tenant
+            request.herald_key_tenant = tenant.pk
         request.herald_key = key
         request.herald_body = body
         return None
@@ -134,7 +166,7 @@ class IdempotencyMiddleware:
                 response = self.get_response(request)
                 if response.status_code >= 500 or response.streaming:
                     raise _Release(response)
-                stored = {"method": request.method, "path": request.path, "replace_expired": replace_expired,
+                stored = {"method": request.method, "path": request.path_info, "replace_expired": replace_expired,
                           "retention_seconds": herald_settings.api.IDEMPOTENCY_RETENTION_SECONDS,
                           **_stored_response(response)}
                 if response.status_code >= 400 or transaction.get_rollback():
@@ -177,7 +209,8 @@ def _log(outcome: str, request: HttpRequest, key: store.Key, *, original_status:
         "outcome": outcome,
         "credential": key.credential_id,
         "method": request.method,
-        "path": request.path,
+        "path": request.path_info,
+        "tenant": key.tenant_id,
         "key_sha256": hashlib.sha256(key.key.encode()).hexdigest()[:16],
         "original_status": original_status,
         "age_seconds": None if created_at is None else round((timezone.now() - created_at).total_seconds(), 3),

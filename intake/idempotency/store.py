@@ -6,10 +6,13 @@ stored answer commit together. While a request runs, the key is held by a transa
 advisory lock, not by a row: it ends with the transaction whatever happens (commit, rollback, the
 process killed), so nothing is ever left `in_progress` for a retry to wait out.
 
+A key is the credential's, and when the platform acts for a tenant (/api/v1/tenants/{tenant}/…) that
+tenant's too: its scope is (credential, tenant, key), the tenant NULL for every other call (SPEC §10).
+
 Two advisory locks per running request, both in PostgreSQL's two-int4 key space (which nothing else
 of Herald's uses; beat's lock is a single int8) and both taken by one statement:
-  - the key's own (credential, key): of several requests with one key exactly one gets it;
-  - (credential, key, fingerprint): its only use is to let a concurrent request with the same key
+  - the key's own (credential, tenant, key): of several requests with one key exactly one gets it;
+  - (credential, tenant, key, fingerprint): its only use is to let a concurrent request with the same key
     tell a duplicate of the running request (409 in progress) from a different request reusing the
     key (mismatch) before any row exists (the fingerprint is compared first, SPEC §3).
 """
@@ -23,13 +26,16 @@ from datetime import datetime
 from django.db import IntegrityError, OperationalError, connection, transaction
 
 from intake.models import ApiCredential, IdempotencyKey
+from webhooks.models import Tenant
 from webhooks import crypto
 
 _TABLE = IdempotencyKey._meta.db_table
 # The request's credential may come from its process's cache (intake/credentials.py), so the read and
 # the claim each ask again, in the same statement, that it is live: a revoked token gets no replay and
 # executes nothing, in every process, from the moment its revocation commits.
-_LIVE = f"EXISTS (SELECT 1 FROM {ApiCredential._meta.db_table} c WHERE c.id = %s AND c.revoked_at IS NULL)"
+# A credential of a deleted tenant is not live either (its deletion revoked it; asked again all the same).
+_LIVE = (f"EXISTS (SELECT 1 FROM {ApiCredential._meta.db_table} c LEFT JOIN {Tenant._meta.db_table} t ON t.id = c.tenant_id"
+         " WHERE c.id = %s AND c.revoked_at IS NULL AND t.deleted_at IS NULL)")
 
 # How long a request whose key another request holds waits for it before answering 409: a holder that
 # finishes meanwhile (most take a few milliseconds) is answered by its replay, and one whose process
@@ -39,11 +45,16 @@ BUSY_WAIT_MS = 25
 
 # A replay, a mismatch: one read, outside any transaction (no BEGIN, no COMMIT, no lock, no WAL). An
 # expired row is read too, only so that the request's store knows to replace it (it is treated as new).
+# Two forms, one per partial unique index (intake/models.py): without a tenant, and with one.
 _READ_SQL = f"""
 SELECT fingerprint, response_status, response_headers, response_body, response_encrypted, created_at,
        expires_at <= now()
-  FROM {_TABLE} WHERE credential_id = %s AND key = %s AND {_LIVE}
+  FROM {_TABLE} WHERE credential_id = %s AND key = %s AND {{tenant}} AND {_LIVE}
 """
+_NO_TENANT = "tenant_id IS NULL"
+_TENANT = "tenant_id = %s"
+_READ_SQL_NO_TENANT = _READ_SQL.format(tenant=_NO_TENANT)
+_READ_SQL_TENANT = _READ_SQL.format(tenant=_TENANT)
 # The first statement of the request's transaction. CASE fixes the order: the fingerprint's lock is
 # taken only by the key's holder, and no lock by a revoked credential (NULL).
 _CLAIM_SQL = f"""
@@ -68,12 +79,15 @@ SELECT EXISTS (SELECT 1 FROM pg_locks
 # row under the key means another request stored it after our read (it committed between our read and
 # our lock): the INSERT fails on the unique index and the transaction rolls back. An expired one (the
 # read saw it) is deleted first: an expired key is treated as new.
-_DELETE_EXPIRED_SQL = f"DELETE FROM {_TABLE} WHERE credential_id = %(credential)s AND key = %(key)s AND expires_at <= now();"
+_DELETE_EXPIRED_SQL = (f"DELETE FROM {_TABLE} WHERE credential_id = %(credential)s AND key = %(key)s"
+                       " AND {tenant} AND expires_at <= now();")
+_DELETE_EXPIRED_SQL_NO_TENANT = _DELETE_EXPIRED_SQL.format(tenant=_NO_TENANT)
+_DELETE_EXPIRED_SQL_TENANT = _DELETE_EXPIRED_SQL.format(tenant="tenant_id = %(tenant)s")
 _INSERT_SQL = f"""
-INSERT INTO {_TABLE} (credential_id, key, fingerprint, method, path, response_status, response_headers,
+INSERT INTO {_TABLE} (credential_id, tenant_id, key, fingerprint, method, path, response_status, response_headers,
                       response_body, response_encrypted, created_at, expires_at)
-VALUES (%(credential)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, %(status)s, %(headers)s::jsonb,
-        %(body)s, %(encrypted)s, now(), now() + make_interval(secs => %(retention)s));
+VALUES (%(credential)s, %(tenant)s, %(key)s, %(fingerprint)s, %(method)s, %(path)s, %(status)s,
+        %(headers)s::jsonb, %(body)s, %(encrypted)s, now(), now() + make_interval(secs => %(retention)s));
 """
 
 
@@ -108,15 +122,19 @@ class Busy:
 
 @dataclass(frozen=True)
 class Key:
-    """One key of one credential and the fingerprint of the request presenting it, with its lock ids."""
+    """One key of one credential (for one tenant, when the platform acts for one) and the fingerprint of
+    the request presenting it, with its lock ids."""
 
     credential_id: int
     key: str
     fingerprint: str
+    tenant_id: str | None = None
 
     @property
     def locks(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        digest = hashlib.blake2b(f"{self.credential_id}\n{self.key}".encode(), digest_size=8)
+        scope = f"{self.credential_id}\n{self.key}" if self.tenant_id is None else \
+            f"{self.credential_id}\n{self.tenant_id}\n{self.key}"
+        digest = hashlib.blake2b(scope.encode(), digest_size=8)
         own = digest.copy()
         own.update(b"\n" + self.fingerprint.encode())
         return _int4_pair(digest.digest()), _int4_pair(own.digest())
@@ -129,7 +147,10 @@ def _int4_pair(raw: bytes) -> tuple[int, int]:
 def key_read(key: Key) -> Existing | None:
     """The stored answer for this key (`expired`: past retention, the key is new), or None."""
     with connection.cursor() as cursor:
-        cursor.execute(_READ_SQL, [key.credential_id, key.key, key.credential_id])
+        if key.tenant_id is None:
+            cursor.execute(_READ_SQL_NO_TENANT, [key.credential_id, key.key, key.credential_id])
+        else:
+            cursor.execute(_READ_SQL_TENANT, [key.credential_id, key.key, key.tenant_id, key.credential_id])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -137,6 +158,11 @@ def key_read(key: Key) -> Existing | None:
     if expired:
         return Existing(fingerprint=fingerprint, response_status=status, response_headers=[], response_body=b"",
                         created_at=created_at, expired=True)
+    return existing_from_row(fingerprint, status, headers, body, encrypted, created_at)
+
+
+def existing_from_row(fingerprint: str, status: int, headers, body, encrypted: bool, created_at: datetime) -> Existing:
+    """A live stored answer from its row's columns (the read's, or intake/idempotency/fast_events.py's statement's)."""
     if isinstance(headers, str):  # Django registers jsonb to load as text for raw cursors
         headers = json.loads(headers)
     body = bytes(body)
@@ -208,17 +234,18 @@ def key_store(key: Key, *, method: str, path: str, status: int, headers: list[li
     """Store the answer under the key: as the last statement of the request's transaction, with its
     COMMIT (`commit`), or alone after a 4xx's rollback. KeyTaken if another request stored it first
     (the transaction is then aborted: roll it back). `replace_expired`: the read saw an expired row."""
-    sql = (_DELETE_EXPIRED_SQL if replace_expired else "") + _INSERT_SQL + ("COMMIT;" if commit else "")
+    delete_expired = _DELETE_EXPIRED_SQL_NO_TENANT if key.tenant_id is None else _DELETE_EXPIRED_SQL_TENANT
+    sql = (delete_expired if replace_expired else "") + _INSERT_SQL + ("COMMIT;" if commit else "")
     try:
         with connection.cursor() as cursor:
             cursor.execute(sql, {
-                "credential": key.credential_id, "key": key.key, "fingerprint": key.fingerprint, "method": method,
+                "credential": key.credential_id, "tenant": key.tenant_id, "key": key.key, "fingerprint": key.fingerprint, "method": method,
                 "path": path, "status": status, "headers": json.dumps(headers),
                 "body": crypto.encrypt_bytes(body) if encrypt else body, "encrypted": encrypt,
                 "retention": retention_seconds,
             })
     except IntegrityError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "23505":  # unique_violation: (credential, key)
+        if getattr(exc.__cause__, "sqlstate", None) == "23505":  # unique_violation: (credential, tenant, key)
             raise KeyTaken() from None
         raise
 
