@@ -1,4 +1,6 @@
 """Admin dashboard for tenants, endpoints, events and deliveries: views over the models, writes via services."""
+import json
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -6,6 +8,8 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models.expressions import RawSQL
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
@@ -14,12 +18,15 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import ngettext
 
-from webhooks.delivery import retries
+from webhooks import filters
+from webhooks.delivery import outbox, retries
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryLease, Endpoint, EndpointSecret, Event, EventType,
                               Recovery, Tenant)
 from webhooks.selectors import endpoint_access
 from webhooks.services import event_catalog
-from webhooks.services.endpoints import endpoint_update
+from webhooks.delivery.destinations.kinds import BROKERS
+from webhooks.services.endpoints import (DESTINATION_FIELDS, EndpointAccessRefused, EndpointUrlRefused,
+                                         endpoint_destination_fields, endpoint_filter_check, endpoint_update)
 
 admin.site.site_header = "Herald administration"
 admin.site.site_title = "Herald"
@@ -71,11 +78,31 @@ class _ReadOnlyMixin:
 class TenantAdmin(admin.ModelAdmin):
     """Tenants with the platform's `uid` and `metadata` (SPEC §10); a deleted one awaits its erasure by beat."""
 
-    list_display = ("name", "uid", "id", "max_endpoints", "created_at", "deleted_at")
+    list_display = ("name", "uid", "id", "max_endpoints", "delivery_weight", "waiting", "oldest_waiting",
+                    "created_at", "deleted_at")
     list_filter = (("deleted_at", admin.EmptyFieldListFilter),)
     search_fields = ("name", "uid__exact", "id__exact")
-    fields = ("name", "uid", "id", "max_endpoints", "metadata", "created_at", "deleted_at")
-    readonly_fields = ("id", "uid", "created_at", "deleted_at")
+    fields = ("name", "uid", "id", "max_endpoints", "delivery_weight", "waiting", "oldest_waiting", "metadata",
+              "created_at", "deleted_at")
+    readonly_fields = ("id", "uid", "waiting", "oldest_waiting", "created_at", "deleted_at")
+
+    def get_queryset(self, request):
+        # Deliveries due and waiting for the relays' fair choice (docs/design.md, "How a delivery is chosen"):
+        # one index probe per tenant shown, and at most 1,000 index entries.
+        column = f"{Tenant._meta.db_table}.id"
+        return super().get_queryset(request).annotate(
+            waiting_count=RawSQL(outbox.WAITING_OF_TENANT.format(tenant=column), ()),
+            oldest_waiting_at=RawSQL(outbox.OLDEST_WAITING_OF_TENANT.format(tenant=column), ()))
+
+    @admin.display(description="waiting", ordering="-waiting_count")
+    def waiting(self, tenant) -> str:
+        """Its deliveries due and not yet published (1000+ means at least that many)."""
+        count = getattr(tenant, "waiting_count", 0) or 0
+        return "1000+" if count >= 1000 else str(count)
+
+    @admin.display(description="oldest waiting since", ordering="oldest_waiting_at")
+    def oldest_waiting(self, tenant):
+        return getattr(tenant, "oldest_waiting_at", None)
 
 
 class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
@@ -87,10 +114,84 @@ class EndpointSecretInline(_ReadOnlyMixin, admin.TabularInline):
     extra = 0
 
 
+class _FilterField(forms.JSONField):
+    """JSON text, refused (not a 500) when it nests past what Python's parser can take, and shown again as the
+    operator wrote it even then, or when it holds an unpaired surrogate (`\\ud800`, which UTF-8 cannot carry)."""
+
+    def to_python(self, value):
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(f"A filter nests at most {filters.FILTER_MAX_DEPTH} levels.") from None
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)
+
+    def prepare_value(self, value):
+        shown = super().prepare_value(value)
+        try:
+            shown.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(value, cls=self.encoder)   # \\uXXXX escapes throughout
+        return shown
+
+
+class EndpointAdminForm(forms.ModelForm):
+    """The endpoint as ops edit it, held to what the API holds it to: the payload filter goes through the check
+    creating or updating an endpoint runs (webhooks/filters.py, then PostgreSQL's parse of its jsonpath), so
+    nothing saved here fails on the way to the database; the cap and the throttle have the API's bounds."""
+
+    filter = _FilterField(required=False)
+    max_in_flight = forms.IntegerField(min_value=1, max_value=Endpoint.MAX_IN_FLIGHT_MAX, required=False)
+    throttle_rate = forms.IntegerField(min_value=1, max_value=Endpoint.THROTTLE_RATE_MAX, required=False)
+    # A broker endpoint's fields (SPEC §14; its URL and credentials only through the API or the portal), each
+    # checked by its kind's module as the API checks them (`endpoint_destination_fields`).
+    exchange = forms.CharField(max_length=255, required=False, strip=False)
+    routing_key = forms.CharField(max_length=255, required=False, strip=False)
+    stream = forms.CharField(max_length=512, required=False, strip=False)
+    maxlen = forms.IntegerField(min_value=1, max_value=10_000_000, required=False)
+    subject = forms.CharField(max_length=255, required=False, strip=False)
+
+    class Meta:
+        model = Endpoint
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        access = endpoint_access(endpoint=self.instance) if self.instance.pk else None
+        for name, value in (access.destination if access else {}).items():
+            if name in self.fields and name != "kind":
+                self.initial[name] = value
+
+    def clean(self):
+        cleaned = super().clean()
+        kind = self.instance.kind
+        if kind in BROKERS:
+            given = {name: cleaned.get(name) for name in BROKERS[kind].fields if name in self.changed_data}
+            try:
+                endpoint_destination_fields(kind=kind, url=None, given=given,
+                                            current=endpoint_access(endpoint=self.instance))
+            except (EndpointAccessRefused, EndpointUrlRefused) as exc:
+                self.add_error(getattr(exc, "field", None) if getattr(exc, "field", None) in self.fields else None,
+                               str(exc))
+        return cleaned
+
+    def clean_filter(self):
+        value = self.cleaned_data.get("filter")
+        try:
+            endpoint_filter_check(value)
+        except filters.FilterInvalid as exc:
+            raise forms.ValidationError(f"{exc.pointer or '/'}: {exc}") from None
+        return value
+
+
 @admin.register(Endpoint)
 class EndpointAdmin(admin.ModelAdmin):
     """Endpoints are created, rotated and deleted by tenants through the API; here ops may only
-    enable/disable one, set its in-flight cap, throttle or ordering, or fix its description (through `endpoint_update`,
+    enable/disable one, set its in-flight cap, throttle, ordering or payload filter, or fix its description (through `endpoint_update`,
     which clears the failure record and the breaker on re-enable)."""
 
     list_display = ("id", "tenant", "url", "enabled", "health", "consecutive_failures", "disabled_reason",
@@ -98,11 +199,13 @@ class EndpointAdmin(admin.ModelAdmin):
     list_filter = ("enabled", ("tripped_at", admin.EmptyFieldListFilter), "tenant")
     list_select_related = ("tenant",)
     search_fields = ("url", "id")
-    fields = ("id", "tenant", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
-              "max_in_flight", "throttle_rate", "ordering", "header_names", "auth", "client_certificate", "health",
-              "consecutive_failures", "failing_since", "tripped_at", "next_probe_at", "failed_probes", "deleted_at",
-              "created_at", "updated_at")
-    ops_editable = ("description", "enabled", "max_in_flight", "throttle_rate", "ordering")
+    fields = ("id", "tenant", "kind", "url", "description", "event_types", "channels", "enabled", "disabled_reason",
+              "max_in_flight", "throttle_rate", "ordering", "signature", "filter", "header_names", "auth",
+              "client_certificate", "health", "consecutive_failures", "failing_since", "tripped_at", "next_probe_at",
+              "failed_probes", "deleted_at", "created_at", "updated_at")
+    ops_editable = ("description", "enabled", "max_in_flight", "throttle_rate", "ordering", "filter",
+                    *DESTINATION_FIELDS)
+    form = EndpointAdminForm
 
     @admin.display(description="health")
     def health(self, endpoint: Endpoint) -> str:
@@ -134,9 +237,16 @@ class EndpointAdmin(admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("tenant", "access")
 
+    def get_fields(self, request, obj=None):
+        """A broker endpoint shows its kind's fields after its URL (shown without credentials)."""
+        if obj is None or obj.kind not in BROKERS:
+            return self.fields
+        at = self.fields.index("url") + 1
+        return self.fields[:at] + BROKERS[obj.kind].fields + self.fields[at:]
+
     def get_readonly_fields(self, request, obj=None):
         if obj is not None and obj.deleted_at is not None:
-            return self.fields
+            return self.get_fields(request, obj)
         return tuple(field for field in self.fields if field not in self.ops_editable)
 
     def has_add_permission(self, request):

@@ -56,11 +56,13 @@ class HeraldSettings:
         "WEBHOOK_BREAKER_FAILURES", "WEBHOOK_BREAKER_COOLDOWN_SECONDS", "WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS")
     worker = SettingsGroup(
         "A Celery worker process: its engine's capacity, its database pool, its heartbeat.",
-        "WEBHOOK_WORKER_CONCURRENCY", "WEBHOOK_WORKER_DB_POOL_SIZE", "WEBHOOK_WORKER_HEARTBEAT_SECONDS")
+        "WEBHOOK_WORKER_CONCURRENCY", "WEBHOOK_WORKER_DB_POOL_SIZE", "WEBHOOK_WORKER_HEARTBEAT_SECONDS",
+        "WORKER_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS")
     queues = SettingsGroup(
         "The broker's queues and who fills them: the relays (doorbell on REDIS_URL) and beat's dispatcher.",
         "REDIS_URL", "WEBHOOK_ENQUEUE_CHUNK", "WEBHOOK_RELAY_POLL_SECONDS", "WEBHOOK_DISPATCH_INTERVAL_SECONDS",
         "WEBHOOK_DISPATCH_BATCH", "WEBHOOK_DISPATCH_SECONDS", "WEBHOOK_REDISPATCH_AFTER_SECONDS",
+        "WEBHOOK_PUBLISH_WINDOW",
         main="CELERY_TASK_DEFAULT_QUEUE",  # first attempts (HERALD_QUEUE names it)
         retries="HERALD_PERIODIC_QUEUE")  # retries, hand-ons, re-publications and beat's tasks: "<main>-periodic"
     recovery = SettingsGroup(
@@ -72,16 +74,19 @@ class HeraldSettings:
     api = SettingsGroup(
         "The API: bodies, rate limits, credentials, idempotency, tenants' endpoints.",
         "INTAKE_MAX_BODY_BYTES", "INTAKE_RATE_LIMIT_PER_SECOND", "INTAKE_RATE_LIMIT_BURST", "CREDENTIAL_CACHE_SECONDS",
+        "INTAKE_FAST_PATH",
         "IDEMPOTENCY_RETENTION_SECONDS", "IDEMPOTENCY_MISMATCH_STATUS", "IDEMPOTENCY_PRUNE_BATCH",
         "TENANT_MAX_ENDPOINTS")
     polling = SettingsGroup(
         "Poll endpoints' long-polls (SPEC §12).",
-        "POLL_MAX_WAIT_SECONDS", "POLL_THREAD_WAITERS", "POLL_THREAD_RECHECK_SECONDS")
+        "POLL_MAX_WAIT_SECONDS", "POLL_THREAD_WAITERS", "POLL_THREAD_RECHECK_SECONDS",
+        "POLL_MAX_WAITS_PER_CREDENTIAL", "POLL_MAX_WAITS_PER_ENDPOINT")
     web = SettingsGroup(
-        "The web process: where users reach it, slow clients, its database limits.",
-        "HERALD_PUBLIC_URL", "WEB_CLIENT_TIMEOUT_SECONDS", "WEB_MAX_HEADER_BYTES", "WEB_STATEMENT_TIMEOUT_SECONDS",
-        "WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS")
-    portal = SettingsGroup("The tenant portal.", "PORTAL_LINK_SECONDS", "PORTAL_SESSION_SECONDS")
+        "The web process: where users reach it, the proxies in front of it, slow clients, its database limits.",
+        "HERALD_PUBLIC_URL", "HERALD_TRUSTED_PROXIES", "WEB_CLIENT_TIMEOUT_SECONDS", "WEB_MAX_HEADER_BYTES",
+        "WEB_STATEMENT_TIMEOUT_SECONDS", "WEB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS")
+    portal = SettingsGroup("The tenant portal.", "PORTAL_LINK_SECONDS", "PORTAL_SESSION_SECONDS",
+                           "HERALD_PORTAL_FRAME_ANCESTORS")
     metrics = SettingsGroup(
         "/metrics: its token, and the directory where every process of a host writes its samples.",
         "METRICS_TOKEN", "PROMETHEUS_MULTIPROC_DIR")

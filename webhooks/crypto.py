@@ -68,6 +68,12 @@ def _decrypt(configured: tuple[str, ...], token: str) -> str:
     return _fernet(configured).decrypt(token.encode("ascii")).decode("utf-8")
 
 
+def forget() -> None:
+    """Forget every decryption this process remembers (its endpoints' secrets: webhooks/delivery/destinations/access.py drops
+    them once an endpoint is deleted or its access changed)."""
+    _decrypt.cache_clear()
+
+
 def reencrypt(token: str) -> str:
     """`token` encrypted under the first key (MultiFernet.rotate); InvalidToken if no key opens it."""
     return _current().rotate(token.encode("ascii")).decode("ascii")

@@ -9,17 +9,24 @@ import json
 from itertools import islice
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from webhooks import linear_regex
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_ERRORS = 20        # a list of 10,000 bad items answers with the first few, not a 10,000-line body
 MAX_MESSAGE_CHARS = 300  # jsonschema's messages quote the instance, which can be the whole body
 MAX_CACHED = 1000      # validators held per process (one per schema'd type in use)
+# A schema is bounded when written: its canonical JSON (schema_digest's) at most MAX_SCHEMA_BYTES, its
+# objects and arrays nested at most MAX_SCHEMA_DEPTH deep. With the body's bound (INTAKE_MAX_BODY_BYTES)
+# and RE2's linear time, this bounds what checking one event can cost.
+MAX_SCHEMA_BYTES = 65536
+MAX_SCHEMA_DEPTH = 32
 
 # The meta-schemas and nothing else: without a registry of its own, jsonschema fetches an unknown `$ref`
 # URL with urllib (deprecated, but still so in 4.x), which would let a schema make Herald call any
@@ -27,9 +34,14 @@ MAX_CACHED = 1000      # validators held per process (one per schema'd type in u
 _NO_RETRIEVAL = Registry()
 
 
+# Draft 2020-12, with every regular expression matched by RE2 in linear time (webhooks/linear_regex.py).
+LinearValidator = validators.extend(Draft202012Validator, linear_regex.KEYWORDS,
+                                    format_checker=linear_regex.FORMAT_CHECKER)
+
+
 def compile_schema(schema: dict) -> Draft202012Validator:
-    """A validator of a checked schema that never fetches anything."""
-    return Draft202012Validator(schema, registry=_NO_RETRIEVAL)
+    """A validator of a checked schema that never fetches anything and never backtracks."""
+    return LinearValidator(schema, registry=_NO_RETRIEVAL)
 
 
 class SchemaInvalid(Exception):
@@ -47,18 +59,28 @@ def schema_digest(schema: Any) -> str:
 
 
 def schema_check(schema: Any, *, pointer: str = "/schema") -> Draft202012Validator:
-    """Return a validator of `schema`, or raise SchemaInvalid: not an object, another dialect, not valid
-    against the draft 2020-12 meta-schema (an invalid `pattern` too), or a `$ref` that does not resolve
-    within the schema (Herald never fetches a schema from the network)."""
+    """Return a validator of `schema`, or raise SchemaInvalid: not an object, over the size or depth bound,
+    another dialect, not valid against the draft 2020-12 meta-schema (a `pattern` RE2 will not take too,
+    keyed by its pointer), or a `$ref` that does not resolve within the schema (Herald never fetches a
+    schema from the network)."""
     if not isinstance(schema, dict):
         raise SchemaInvalid({pointer: ["A JSON Schema must be an object."]})
+    too_deep = _deeper_than(schema, MAX_SCHEMA_DEPTH, ())
+    if too_deep is not None:
+        raise SchemaInvalid({pointer + _pointer(too_deep): [
+            f"The schema is nested too deeply (at most {MAX_SCHEMA_DEPTH} levels of objects and arrays)."]})
+    size = len(json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaInvalid({pointer: [f"The schema is {size} bytes as JSON; at most {MAX_SCHEMA_BYTES} are allowed."]})
     dialect = schema.get("$schema", DIALECT)
     if dialect not in (DIALECT, DIALECT + "#"):
         raise SchemaInvalid({pointer + "/$schema": [f"Only JSON Schema draft 2020-12 ({DIALECT}) is supported."]})
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=linear_regex.FORMAT_CHECKER)
     except SchemaError as exc:
-        raise SchemaInvalid({pointer + _pointer(exc.absolute_path): [_short(exc.message)]}) from None
+        # a pattern RE2 refuses: its own reason, rather than "… is not a 'regex'"
+        message = str(exc.cause) if isinstance(exc.cause, linear_regex.PatternRefused) else exc.message
+        raise SchemaInvalid({pointer + _pointer(exc.absolute_path): [_short(message)]}) from None
     except RecursionError:
         raise SchemaInvalid({pointer: ["The schema is nested too deeply."]}) from None
     validator = compile_schema(schema)
@@ -74,6 +96,20 @@ def schema_check(schema: Any, *, pointer: str = "/schema") -> Draft202012Validat
     if problems:
         raise SchemaInvalid(problems)
     return validator
+
+
+def _deeper_than(node: Any, limit: int, path: tuple) -> tuple | None:
+    """The path of the first object or array nested more than `limit` deep in `node`, or None."""
+    if not isinstance(node, (dict, list)):
+        return None
+    if limit <= 0:
+        return path
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in items:
+        found = _deeper_than(value, limit - 1, path + (key,))
+        if found is not None:
+            return found
+    return None
 
 
 def _refs(node: Any, path: tuple, depth: int = 0):
@@ -110,6 +146,8 @@ def instance_errors(validator: Draft202012Validator, instance: Any, *, pointer: 
             errors.setdefault(at, []).append(_short(error.message))
     except RecursionError:
         return {pointer: ["Too deeply nested to validate."]}
+    except linear_regex.PatternRefused as exc:  # a schema stored before patterns were checked by RE2
+        return {pointer: [_short(f"The event type's schema has a pattern that cannot be checked: {exc}")]}
     except Unresolvable as exc:  # a $ref inside a subschema with its own $id (checked at write where possible)
         return {pointer: [_short(f"The event type's schema has a $ref that does not resolve: {exc}")]}
     return errors
@@ -147,6 +185,11 @@ def type_validator(event_type: str, digest: str, schema: Any | None) -> Draft202
         _validators[digest] = validator
     _digest_of[event_type] = digest
     return validator
+
+
+def type_schema_gone(event_type: str) -> None:
+    """The catalog has no schema for `event_type` now: forget the digest this process last saw for it."""
+    _digest_of.pop(event_type, None)
 
 
 def cache_clear() -> None:

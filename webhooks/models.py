@@ -3,9 +3,11 @@ import json
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from webhooks import crypto, ids
+from webhooks.urltext import url_without_secrets
 
 
 class Tenant(models.Model):
@@ -24,13 +26,18 @@ class Tenant(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     # Endpoints it may have (null: TENANT_MAX_ENDPOINTS).
     max_endpoints = models.PositiveIntegerField(null=True, blank=True)
+    # Its share of the delivery workers while other tenants have deliveries waiting too (SPEC §10, 1-100):
+    # the relays publish its outbox rows in proportion (webhooks/delivery/scheduling.py).
+    delivery_weight = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1), MaxValueValidator(100)])
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["uid"], condition=models.Q(deleted_at__isnull=True),
-                                               name="tenant_live_uid")]
+                                               name="tenant_live_uid"),
+                       models.CheckConstraint(condition=models.Q(delivery_weight__gte=1, delivery_weight__lte=100),
+                                              name="tenant_delivery_weight")]
         indexes = [
             # beat's erasure: the deleted tenants still to erase
             models.Index(fields=["deleted_at"], name="tenant_deleted", condition=models.Q(deleted_at__isnull=False)),
@@ -65,20 +72,36 @@ class EventType(models.Model):
         return self.name
 
 
+class JsonPathField(models.TextField):
+    """A PostgreSQL `jsonpath` column: parsed once when written, evaluated as it is by `@@`."""
+
+    def db_type(self, connection) -> str:
+        return "jsonpath"
+
+
 class Endpoint(models.Model):
-    """An HTTP URL of a tenant that receives the events it subscribes to, or a polling endpoint (`kind`
-    poll, no URL) whose consumer reads its messages (webhooks/services/polling.py)."""
+    """Where a tenant receives the events it subscribes to: an HTTP URL, a polling endpoint (`kind` poll, no
+    URL) whose consumer reads its messages (webhooks/services/polling.py), or a message broker of the tenant's
+    (SPEC §14; its URL with credentials and its fields are its EndpointAccess row's). Each kind is a module of
+    webhooks/delivery/destinations/."""
 
     HTTP = "http"
     POLL = "poll"
-    KINDS = [(HTTP, "http: Herald POSTs each message to its URL"), (POLL, "poll: its consumer reads its messages")]
+    AMQP = "amqp"
+    REDIS_STREAM = "redis_stream"
+    NATS = "nats"
+    KINDS = [(HTTP, "http: Herald POSTs each message to its URL"), (POLL, "poll: its consumer reads its messages"),
+             (AMQP, "amqp: published to an exchange of the tenant's RabbitMQ"),
+             (REDIS_STREAM, "redis_stream: added to a stream of the tenant's Redis"),
+             (NATS, "nats: published to the tenant's NATS JetStream")]
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.endpoint_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="endpoints")
     # Set once, at creation. A poll endpoint's deliveries are never claimed for HTTP: intake gives them
     # no outbox row and no next_attempt_at, which the claim requires (migration 0009).
-    kind = models.CharField(max_length=8, choices=KINDS, default=HTTP, db_default=HTTP)
-    url = models.URLField(max_length=2000, blank=True)  # "" for a poll endpoint
+    kind = models.CharField(max_length=16, choices=KINDS, default=HTTP, db_default=HTTP)
+    # "" for a poll endpoint; a broker's without its user name and password (EndpointAccess.encrypted_url has them)
+    url = models.URLField(max_length=2000, blank=True)
     description = models.CharField(max_length=500, blank=True, default="")
     event_types = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     channels = ArrayField(models.CharField(max_length=128), default=list, blank=True)
@@ -86,6 +109,7 @@ class Endpoint(models.Model):
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
     # Attempts in flight to it at once, across every worker; null: WEBHOOK_ENDPOINT_MAX_IN_FLIGHT.
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    MAX_IN_FLIGHT_MAX = 1000   # SPEC §4: 1–1000 (the API's serializer and the admin's form hold it)
     UNORDERED = "unordered"
     FIFO = "fifo"
     ORDERINGS = [(UNORDERED, "unordered"), (FIFO, "fifo: one at a time, in event order")]
@@ -93,6 +117,7 @@ class Endpoint(models.Model):
     # Attempts started per second at most, across every worker (null: no limit). throttle_tat is the
     # earliest time the next one may start (GCRA's theoretical arrival time), moved on by each claim.
     throttle_rate = models.PositiveIntegerField(null=True, blank=True)
+    THROTTLE_RATE_MAX = 10000   # SPEC §4: null or 1–10000
     throttle_tat = models.DateTimeField(null=True, blank=True)
     # Since when every attempt has failed (the clock of WEBHOOK_DISABLE_AFTER_SECONDS).
     failing_since = models.DateTimeField(null=True, blank=True)
@@ -102,6 +127,15 @@ class Endpoint(models.Model):
     tripped_at = models.DateTimeField(null=True, blank=True)
     next_probe_at = models.DateTimeField(null=True, blank=True)
     failed_probes = models.PositiveIntegerField(default=0)
+    # How attempts are signed (SPEC §15): v1 HMAC-SHA256 with a `whsec_` secret, or v1a ed25519 with a
+    # `whsk_` private key (the receiver holds the public key). The secrets themselves are EndpointSecret rows.
+    V1 = "v1"
+    V1A = "v1a"
+    SIGNATURES = [(V1, "v1: HMAC-SHA256, a shared secret"), (V1A, "v1a: ed25519, a public key")]
+    signature = models.CharField(max_length=8, choices=SIGNATURES, default=V1, db_default=V1)
+    # A payload filter (webhooks/filters.py) as the tenant wrote it, and compiled (intake reads only that).
+    filter = models.JSONField(null=True, blank=True)
+    filter_path = JsonPathField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -121,7 +155,9 @@ class Endpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.url}"
+        # Also the admin's history (LogEntry.object_repr) and its pages: never the query or user info,
+        # where receivers keep tokens and credentials.
+        return f"{self.id} {url_without_secrets(self.url)}"
 
     @property
     def health_state(self) -> str:
@@ -156,8 +192,8 @@ class EndpointSecret(models.Model):
 class EndpointAccess(models.Model):
     """What an attempt needs to get into an endpoint that asks for more than a signature (SPEC §11): extra
     headers, an `Authorization` (basic, bearer or an OAuth2 client-credentials token) and a client
-    certificate for mutual TLS. A row only for endpoints that have one of them, so that the worker's
-    per-batch look-up (webhooks/access.py) finds nothing for the others.
+    certificate for mutual TLS; or a broker endpoint's destination (SPEC §14). A row only for endpoints that
+    have one of them, so that the worker's per-batch look-up (webhooks/delivery/destinations/access.py) finds nothing for the others.
 
     Every secret is a Fernet token (webhooks/crypto.py, the signing secrets' keys; `reencrypt_secrets`
     rotates them): the header values, the password, bearer token or client secret, and the private key.
@@ -181,6 +217,10 @@ class EndpointAccess(models.Model):
     certificate_subject = models.CharField(max_length=1000, blank=True, default="")
     certificate_expires_at = models.DateTimeField(null=True, blank=True)
     encrypted_private_key = models.TextField(blank=True, default="")  # PEM, encrypted
+    # A broker endpoint's destination (SPEC §14): its kind and fields, shown ({"kind": "amqp", "exchange": …,
+    # "routing_key": …}), and its URL with credentials, encrypted (the endpoint's `url` is shown without them).
+    destination = models.JSONField(default=dict, blank=True)
+    encrypted_url = models.TextField(blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -191,7 +231,7 @@ class EndpointAccess(models.Model):
 
     @property
     def is_empty(self) -> bool:
-        return not (self.header_names or self.auth_type or self.certificate)
+        return not (self.header_names or self.auth_type or self.certificate or self.destination)
 
 
 class Event(models.Model):
@@ -340,9 +380,16 @@ class DeliveryOutbox(models.Model):
     # Its message goes (or went) to the periodic queue: a retry, a hand-on or a re-publication; a first
     # attempt goes to the main one. The dispatcher's lost check reads the queue's progress by it.
     periodic = models.BooleanField(default=False)
+    # The delivery's tenant, for the relays' fair choice (webhooks/delivery/scheduling.py). Written by the
+    # statements that write an unpublished row; any other writer (or a row made unpublished again) gets it
+    # from the delivery, by a trigger (webhooks/sql/outbox_tenant.sql). A published row may have none.
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False,
+                               db_index=False, related_name="+")
 
     class Meta:
         indexes = [
+            # the relays' fair choice: the tenants with unpublished rows (skipped through), each one's oldest
+            models.Index(fields=["tenant", "due_at"], name="outbox_fair", condition=models.Q(published_at__isnull=True)),
             # the relays and the dispatcher: what is due and unpublished, oldest first
             models.Index(fields=["due_at"], name="outbox_due", condition=models.Q(published_at__isnull=True)),
             # the dispatcher: published and never claimed, oldest first (the lost-message check)
@@ -372,7 +419,7 @@ class DeliveryCount(models.Model):
     Every insert, status change and delete of a delivery, by whatever writes it, adds its change to
     one shard row in the writer's own transaction: the sums are exact at any snapshot. A writer takes
     a shard no concurrent transaction holds (a transaction-level advisory lock per shard), so writers
-    never wait for one another here. /metrics (webhooks/metrics.py) adds the shards up.
+    never wait for one another here. /metrics (webhooks/delivery/metrics.py) adds the shards up.
     """
 
     shard = models.SmallIntegerField(primary_key=True)
@@ -445,6 +492,12 @@ class Recovery(models.Model):
             # beat: running recoveries whose step is overdue (a lost message)
             models.Index(fields=["updated_at"], name="recovery_running", condition=models.Q(status="running")),
         ]
+        constraints = [
+            # One running recovery per endpoint (SPEC §11): a second is refused by the index itself, so two
+            # created at the same moment cannot both get in (the second insert waits for the first's commit).
+            models.UniqueConstraint(fields=["endpoint"], condition=models.Q(status="running"),
+                                    name="recovery_one_running"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.status} {self.done}/{self.total}"
@@ -463,6 +516,8 @@ class PortalLink(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
     # Set when its credential is revoked: the link no longer opens, and the session it opened ends.
     ended_at = models.DateTimeField(null=True, blank=True)
+    # How the session it opens looks (SPEC §15): {name?, logo_url?, accent?}, checked by the API.
+    theme = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"portal link of {self.tenant_id}, until {self.expires_at:%Y-%m-%d %H:%M}"

@@ -3,6 +3,8 @@ from datetime import datetime
 
 from django.db.models import Prefetch, QuerySet
 
+from webhooks.delivery import signing
+
 from webhooks.models import (Delivery, DeliveryAttempt, Endpoint, EndpointAccess, EndpointSecret, Event, EventType,
                              Recovery, Tenant)
 
@@ -26,6 +28,15 @@ def endpoint_get(*, tenant: Tenant, endpoint_id: str) -> Endpoint | None:
 def endpoint_secret(*, endpoint: Endpoint) -> str:
     """The endpoint's current signing secret (the newest), decrypted: for `GET …/secret` only."""
     return EndpointSecret.objects.filter(endpoint=endpoint).order_by("-created_at", "-id").first().secret
+
+
+def endpoint_secret_shown(*, endpoint: Endpoint) -> dict[str, str]:
+    """What `GET …/secret` shows: `{secret}` for a v1 (HMAC) secret, `{public_key}` for a v1a ed25519 key,
+    whose private half never leaves Herald."""
+    secret = endpoint_secret(endpoint=endpoint)
+    if signing.scheme_of(secret) == signing.V1A:
+        return {"public_key": signing.public_key(secret)}
+    return {"secret": secret}
 
 
 def _created(queryset: QuerySet, after: datetime | None, before: datetime | None) -> QuerySet:

@@ -3,7 +3,8 @@ from celery import shared_task
 from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 
-from webhooks import engine, progress
+from webhooks import progress
+from webhooks.delivery import engine
 from webhooks.conf import herald_settings
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
 from webhooks.delivery.publishing import DELIVER_MANY

@@ -29,14 +29,33 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from webhooks.conf import herald_settings
 
-if TYPE_CHECKING:  # pragma: no cover
-    from webhooks.delivery.leases import Claim
-    from webhooks.transport import AttemptResult
+
+# What a delivery's trace reads of its claim and of an attempt's result (webhooks/delivery/claim.py's Claim,
+# webhooks/delivery/destinations/base.py's AttemptResult): described here, so that tracing, which the delivery
+# package uses, imports nothing of it, not even for its types.
+class Claim(Protocol):
+    delivery_id: str
+    event_id: str
+    event_type: str
+    endpoint_id: str
+    tenant_id: str
+    number: int
+    probe: bool
+    url: str
+
+
+class AttemptResult(Protocol):
+    status: int | None
+    duration_ms: int
+    error: str
+
+    @property
+    def ok(self) -> bool: ...
 
 logger = logging.getLogger("herald.tracing")
 
@@ -75,7 +94,7 @@ def setup(process: str) -> bool:
     if not herald_settings.tracing.OTEL_SERVICE_NAME:
         attributes["service.name"] = f"herald-{process}"
     provider = TracerProvider(resource=Resource.create(attributes))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(_masking(OTLPSpanExporter())))
     trace.set_tracer_provider(provider)
     # The instrumentors patch libraries once per interpreter (a forked child inherits the patches).
     for instrumentor, options in (
@@ -87,6 +106,52 @@ def setup(process: str) -> bool:
     ENABLED = True
     logger.info("tracing.started", extra={"herald_process": process})
     return True
+
+
+def _masking(exporter):
+    """`exporter`, with a portal link's token masked in every span it exports (webhooks/urltext.py): the
+    request's SERVER span carries the path (`url.path`, `http.target`, its name when no route matched) while
+    the link still works. At the exporter, the one place every span of every instrumentation passes."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Status
+
+    from webhooks.urltext import mask_secrets
+
+    def value(item):
+        if isinstance(item, str):
+            return mask_secrets(item)
+        if isinstance(item, (tuple, list)):
+            return type(item)(value(element) for element in item)
+        return item
+
+    def attributes(mapping):
+        return {key: value(item) for key, item in mapping.items()} if mapping else mapping
+
+    def masked(span: ReadableSpan) -> ReadableSpan:
+        seen = [span.name, span.status.description or ""]
+        seen += [item for item in (span.attributes or {}).values() if isinstance(item, (str, tuple, list))]
+        seen += [item for event in span.events for item in (event.attributes or {}).values()]
+        if not any("/portal/open/" in str(item) for item in seen):
+            return span  # the common case: the span as it is
+        return ReadableSpan(
+            name=mask_secrets(span.name), context=span.context, parent=span.parent, resource=span.resource,
+            attributes=attributes(span.attributes),
+            events=[Event(event.name, attributes(event.attributes), event.timestamp) for event in span.events],
+            links=span.links, kind=span.kind, status=Status(span.status.status_code, value(span.status.description)),
+            start_time=span.start_time, end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
+
+    class MaskingExporter(SpanExporter):
+        def export(self, spans):
+            return exporter.export([masked(span) for span in spans])
+
+        def shutdown(self):
+            return exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000):
+            return exporter.force_flush(timeout_millis)
+
+    return MaskingExporter()
 
 
 _herald_tracer = None
@@ -240,15 +305,14 @@ class Batch:
 
 def _public_url(url: str) -> tuple[str, str | None, int | None]:
     """(url.full without user info, query or fragment, host, port): a query may carry a receiver's token."""
+    from webhooks.urltext import url_without_secrets
+
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return "", None, None
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
-    if host and ":" in host:
-        netloc = f"[{host}]" if parts.port is None else f"[{host}]:{parts.port}"
-    return f"{parts.scheme}://{netloc}{parts.path}", host, port
+    return url_without_secrets(url), host, port
 
 
 class DeliveryTrace:

@@ -5,7 +5,7 @@ Under the endpoint's row lock the record inserts the attempt, releases the lease
 the oldest parked delivery. Two ways in: many successes on endpoints the claim saw healthy in one call
 (`record_healthy_successes`), or one attempt in a transaction that holds the endpoint's lock already
 (`lock_endpoint`, then `record_locked`). What decides between them, and the breaker and operational
-events around the second, is webhooks/recording.py. Attempts go with their deliveries (`delete_of`, a part of
+events around the second, is webhooks/delivery/record.py. Attempts go with their deliveries (`delete_of`, a part of
 retention's and erasure's statements); a poll endpoint's acknowledgement is an attempt too
 (`insert_acknowledged`, in webhooks/services/polling.py's statement).
 """
@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from webhooks import breaker, retry_policy, transport
 from webhooks.conf import herald_settings
-from webhooks.delivery import db
-from webhooks.delivery.leases import Claim
+from webhooks.delivery import breaker, db, retry_policy
+from webhooks.delivery.claim import Claim
+from webhooks.delivery.destinations.base import AttemptResult, Verdict
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint
 
 TABLE = DeliveryAttempt._meta.db_table
@@ -94,7 +94,7 @@ class Outcome:
 
     claim: Claim
     started_at: datetime
-    result: transport.AttemptResult
+    result: AttemptResult
 
 
 @functools.lru_cache(maxsize=4)
@@ -106,15 +106,17 @@ def _schedule() -> tuple[int, ...]:
     return _parse_schedule(herald_settings.delivery.WEBHOOK_RETRY_SCHEDULE)  # parsed once, not on every failed attempt
 
 
-def delivery_decide(*, number: int, result: transport.AttemptResult, now: datetime) -> tuple[str, datetime | None]:
-    """The delivery's next state after attempt `number`: succeeded, pending until a retry, or failed."""
-    if result.ok:
+def delivery_decide(*, number: int, verdict: Verdict, now: datetime) -> tuple[str, datetime | None]:
+    """The delivery's next state after attempt `number`, by its destination's verdict on the result
+    (webhooks/delivery/destinations/): succeeded, failed at once (gone), pending until a retry (not before a
+    Retry-After the destination was given, within the schedule's longest step), or failed after the last."""
+    if verdict.ok:
         return Delivery.SUCCEEDED, None
-    if result.status == 410:
+    if verdict.gone:
         return Delivery.FAILED, None
     retry_after = None
-    if result.status in (429, 503):
-        retry_after = retry_policy.parse_retry_after(result.retry_after, now=now)
+    if verdict.retry_after is not None:
+        retry_after = retry_policy.parse_retry_after(verdict.retry_after, now=now)
     delay = retry_policy.next_delay(attempt_number=number, schedule=_schedule(),
                                     jitter=herald_settings.delivery.WEBHOOK_RETRY_JITTER, retry_after=retry_after)
     if delay is None:

@@ -1,6 +1,6 @@
 """Parked deliveries handed on: the calls of `herald_endpoint_hand_on` (webhooks/sql/endpoint_hand_on.sql).
 
-A delivery its endpoint had no room for is parked by the claim (webhooks/delivery/leases.py). Someone
+A delivery its endpoint had no room for is parked by the claim (webhooks/delivery/claim.py). Someone
 hands it on when room opens: the record of an attempt (a freed slot, webhooks/delivery/attempts.py), a
 worker's engine when a throttled endpoint may start its next attempt (`endpoint_wake`), a change to the
 endpoint (`endpoint_hand_on`), and beat (`beat_hand_on`: a tripped endpoint's probe, and the safety net
@@ -9,7 +9,7 @@ for an endpoint with nothing in flight). Each hands on at most HAND_ON_LIMIT at 
 from django.db import connection, transaction
 
 from webhooks.conf import herald_settings
-from webhooks.delivery import db, leases, outbox
+from webhooks.delivery import db, deliveries, leases, outbox
 from webhooks.delivery.publishing import deliveries_enqueue
 from webhooks.models import Delivery, Endpoint
 
@@ -33,11 +33,7 @@ WITH ready AS (
      WHERE tripped_at IS NOT NULL AND next_probe_at <= now() AND enabled AND deleted_at IS NULL
        FOR NO KEY UPDATE SKIP LOCKED
 ), woken AS (
-    UPDATE {_DELIVERY} SET parked_at = NULL, updated_at = now()
-     WHERE id IN (SELECT (SELECT d.id FROM {_DELIVERY} d WHERE d.endpoint_id = ready.id AND d.parked_at IS NOT NULL
-                           ORDER BY d.id LIMIT 1)
-                    FROM ready)
-    RETURNING id
+    {deliveries.unpark_oldest_of("ready")}
 ), published AS (
     {outbox.insert_published("woken")}
 )

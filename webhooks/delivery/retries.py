@@ -4,12 +4,11 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks.delivery import outbox
+from webhooks.delivery import deliveries, outbox
 from webhooks.delivery.publishing import poll_notify, publisher
-from webhooks.models import Delivery, Endpoint, Event
+from webhooks.models import Delivery, Event
 
 _DELIVERY = Delivery._meta.db_table
-_ENDPOINT = Endpoint._meta.db_table
 
 # A finished delivery becomes pending and due now, with a due, unpublished outbox row (a relay publishes
 # it at once, to the retry queue like every retry). The event rows are held with KEY SHARE first:
@@ -21,15 +20,8 @@ WITH held AS (
      WHERE e.id IN (SELECT d.event_id FROM {_DELIVERY} d WHERE d.id = ANY(%(ids)s))
        FOR KEY SHARE
 ), retried AS (
-    -- a poll endpoint's delivery is served to its consumer again, after what it was served already (a new
-    -- place in the order); it is never claimed for HTTP (no next_attempt_at, no outbox row)
-    UPDATE {_DELIVERY} d SET status = 'pending', parked_at = NULL, poll_seq = NULL, updated_at = %(now)s,
-           next_attempt_at = CASE WHEN ep.kind = '{Endpoint.POLL}' THEN NULL ELSE %(now)s END
-      FROM {_ENDPOINT} ep
-     WHERE ep.id = d.endpoint_id
-       AND d.id = ANY(%(ids)s) AND d.status = ANY(%(statuses)s) AND d.event_id IN (SELECT id FROM held)
-       AND (%(unchanged_since)s::timestamptz IS NULL OR d.updated_at <= %(unchanged_since)s)
-    RETURNING d.id, d.endpoint_id, ep.kind = '{Endpoint.POLL}' AS polled
+    -- a poll endpoint's delivery is served to its consumer again; it gets no outbox row
+    {deliveries.reopen(held="held")}
 ), queued AS (
     {outbox.insert_due("retried WHERE NOT polled", due="%(now)s")}
 )

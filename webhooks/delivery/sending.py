@@ -1,17 +1,21 @@
-"""One attempt's request: its signed headers, the endpoint's access, and libcurl set up to send it.
+"""One attempt's request: its signed headers, then what its destination's kind sends (webhooks/delivery/destinations/).
 
-No table of its own: what an attempt needs comes with its claim (webhooks/delivery/leases.py), and its
-result goes to the record (webhooks/recording.py). A threaded worker's engine (webhooks/engine.py) sends
-many at once with `attempt_open`; `attempt_send` sends one on the calling thread.
+No table of its own: what an attempt needs comes with its claim (webhooks/delivery/claim.py), and its result
+goes to the record (webhooks/delivery/record.py). A threaded worker's engine (webhooks/delivery/engine.py)
+sends many HTTP attempts at once with `attempt_open` and broker batches on its broker threads with
+`broker_batch`; `attempt_send` sends one attempt of any kind on the calling thread.
 """
 import time
 
-import pycurl
-
-from webhooks import access as access_mod
-from webhooks import signing, tracing, transport
+from webhooks import tracing
 from webhooks.conf import herald_settings
-from webhooks.delivery.leases import Claim
+from webhooks.delivery import signing
+from webhooks.delivery.claim import Claim
+from webhooks.delivery.destinations import brokers, http
+from webhooks.delivery.destinations.kinds import BROKERS
+from webhooks.delivery.destinations import access as access_mod
+from webhooks.delivery.destinations import http_transport as transport
+from webhooks.delivery.destinations.base import AttemptResult
 
 
 def attempt_headers(claim: Claim) -> dict[str, str]:
@@ -27,46 +31,49 @@ def message_headers(*, secrets: list[str], event_id: str, payload: bytes) -> dic
 
 
 def attempt_prepare(claim: Claim, *, timeout: float | None = None) -> access_mod.Prepared:
-    """What the claim's attempt sends with: its signed headers, the endpoint's access (a token fetched if
+    """What the claim's HTTP attempt sends with: its signed headers, the endpoint's access (a token fetched if
     need be) and the proxy's route; blocks for a token fetch or a proxied host's lookup (see
     access_mod.needs_thread)."""
-    return access_mod.prepare(url=claim.url, headers=attempt_headers(claim), access=claim.access,
-                              timeout=herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
+    return http.prepare(url=claim.url, headers=attempt_headers(claim), access=claim.access,
+                        timeout=herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout)
 
 
-def attempt_failed_early(prepared: access_mod.Prepared) -> transport.AttemptResult:
+def attempt_failed_early(prepared: access_mod.Prepared) -> AttemptResult:
     """The result of an attempt that failed before sending (no token, the proxied host refused)."""
-    return transport.AttemptResult(status=None, body="", duration_ms=prepared.spent_ms, error=prepared.error,
-                                   retry_after=None)
+    return http.failed_early(prepared)
 
 
 def attempt_open(curl, claim: Claim, prepared: access_mod.Prepared) -> transport.Attempt:
-    """The claim's attempt, set up on `curl` (see transport.Attempt)."""
-    return transport.Attempt(curl, url=claim.url, body=claim.payload, headers=prepared.headers,
-                             timeout=prepared.timeout,
-                             allow_private_networks=herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS,
-                             auth=prepared.auth, client_cert=prepared.client_cert, route=prepared.route,
-                             ca_file=herald_settings.delivery.WEBHOOK_CA_BUNDLE or None,
-                             header_lines=prepared.header_lines)
+    """The claim's HTTP attempt, set up on `curl` (see transport.Attempt)."""
+    return http.open(curl, url=claim.url, body=claim.payload, prepared=prepared)
 
 
-def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> transport.AttemptResult:
+def broker_message(claim: Claim, headers: dict[str, str] | None = None) -> brokers.Message:
+    """The claim's attempt as a broker message: the webhook's bytes and its signed headers."""
+    return brokers.Message(claim.delivery_id, attempt_headers(claim) if headers is None else headers, claim.payload)
+
+
+def broker_send(claims: list[Claim], messages: list[brokers.Message]) -> list[AttemptResult]:
+    """One batch of broker attempts (claims of one endpoint) on this thread, within WEBHOOK_TIMEOUT_SECONDS."""
+    target = claims[0].access.target
+    return brokers.send(BROKERS[target.kind], target, messages,
+                        timeout=herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS,
+                        allow_private=herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+
+
+def attempt_send(claim: Claim, *, trace: tracing.DeliveryTrace | None = None) -> AttemptResult:
     """Prepare and send the claim's attempt on this thread, within WEBHOOK_TIMEOUT_SECONDS in all; with a
     trace, its attempt span starts before sending (adding the traceparent header) and ends with the result."""
-    prepared = attempt_prepare(claim)
-    if trace is not None:
-        trace.attempt_started(prepared.headers)  # adds the attempt's traceparent
-    if prepared.error:
-        result = attempt_failed_early(prepared)
+    if claim.kind in BROKERS:
+        headers = attempt_headers(claim)
+        if trace is not None:
+            trace.attempt_started(headers)
+        (result,) = broker_send([claim], [broker_message(claim, headers)])
     else:
-        attempt = attempt_open(transport.thread_handle(), claim, prepared)
-        try:
-            attempt.curl.perform()
-        except pycurl.error as exc:
-            result = attempt.finish(exc.args[0], str(exc.args[1]))
-        else:
-            result = attempt.finish()
-        access_mod.after_attempt(claim.access, prepared, result)
+        prepared = attempt_prepare(claim)
+        if trace is not None:
+            trace.attempt_started(prepared.headers)  # adds the attempt's traceparent
+        result = http.send(url=claim.url, body=claim.payload, prepared=prepared, access=claim.access)
     if trace is not None:
         trace.attempt_finished(result)
     return result

@@ -2,7 +2,7 @@
 acknowledged by cursor.
 
 Herald never connects anywhere for a poll endpoint: intake gives its deliveries no outbox row and no
-`next_attempt_at` (webhooks/services/events.py), so no relay publishes them and the claim never takes
+`next_attempt_at` (webhooks/delivery/deliveries.py's insert, in the fan-out), so no relay publishes them and the claim never takes
 them. Its consumer reads them with `GET /api/v1/endpoints/{id}/messages?after=&limit=&wait=`.
 
 The cursor is a number in the order the endpoint's deliveries are *served*, given to a delivery the first
@@ -21,8 +21,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from webhooks import crypto, metrics
-from webhooks.delivery import attempts
+from webhooks import crypto
+from webhooks.delivery import attempts, deliveries, metrics
 from webhooks.delivery.sending import message_headers
 from webhooks.models import Delivery, Endpoint, EndpointSecret, Event
 
@@ -38,11 +38,7 @@ _DELIVERY = Delivery._meta.db_table
 # Every served delivery up to the cursor that is still pending is acknowledged: succeeded, with an attempt.
 _ACK_SQL = f"""
 WITH acked AS (
-    UPDATE {_DELIVERY} d
-       SET status = '{Delivery.SUCCEEDED}', attempt_count = d.attempt_count + 1, next_attempt_at = NULL,
-           updated_at = now()
-     WHERE d.endpoint_id = %(endpoint)s AND d.status = '{Delivery.PENDING}' AND d.poll_seq <= %(after)s
-    RETURNING d.id, d.attempt_count
+    {deliveries.acknowledge_served()}
 ), attempts AS (
     {attempts.insert_acknowledged("acked")}
 )
@@ -50,18 +46,7 @@ SELECT count(*) FROM acked
 """
 
 # Pending deliveries never served yet get the next numbers, oldest event first, as many as a page holds.
-_NUMBER_SQL = f"""
-WITH top AS (
-    SELECT greatest(coalesce(max(poll_seq), 0), %(after)s) AS last
-      FROM {_DELIVERY} WHERE endpoint_id = %(endpoint)s AND poll_seq IS NOT NULL
-), fresh AS (
-    SELECT id, row_number() OVER (ORDER BY id) AS rank
-      FROM (SELECT id FROM {_DELIVERY}
-             WHERE endpoint_id = %(endpoint)s AND status = '{Delivery.PENDING}' AND poll_seq IS NULL
-             ORDER BY id LIMIT %(limit)s) unserved
-)
-UPDATE {_DELIVERY} d SET poll_seq = top.last + fresh.rank FROM top, fresh WHERE d.id = fresh.id
-"""
+_NUMBER_SQL = deliveries.number_unserved()
 
 _PAGE_SQL = f"""
 SELECT d.id, d.poll_seq, e.id, e.payload

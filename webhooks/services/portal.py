@@ -14,11 +14,14 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def portal_link_create(*, tenant: Tenant, credential_id: int | None = None) -> tuple[PortalLink, str]:
-    """A link valid for PORTAL_LINK_SECONDS, made by that API credential; the link and its token (never
-    stored, only hashed)."""
+def portal_link_create(*, tenant: Tenant, credential_id: int | None = None,
+                       theme: dict | None = None) -> tuple[PortalLink, str]:
+    """A link valid for PORTAL_LINK_SECONDS, made by that API credential, whose session shows `theme`
+    ({name?, logo_url?, accent?}, checked by the caller); the link and its token (never stored, only
+    hashed)."""
     token = secrets.token_urlsafe(32)
     link = PortalLink.objects.create(tenant=tenant, token_hash=_hash(token), credential_id=credential_id,
+                                     theme=theme or {},
                                      expires_at=timezone.now()
                                      + timedelta(seconds=herald_settings.portal.PORTAL_LINK_SECONDS))
     return link, token
@@ -29,13 +32,13 @@ def _openable(token: str):
                                      expires_at__gt=timezone.now(), tenant__deleted_at__isnull=True)
 
 
-def portal_link_redeem(*, token: str) -> tuple[int, str] | None:
-    """The link's id and the tenant id it opens, once: None if it is unknown, used, expired or ended
+def portal_link_redeem(*, token: str) -> tuple[int, str, dict] | None:
+    """The link's id, the tenant id it opens and its theme, once: None if it is unknown, used, expired or ended
     (its credential revoked, its tenant deleted). One conditional UPDATE, so two clicks at the same
     moment open it at most once."""
     if not _openable(token).update(used_at=timezone.now()):
         return None
-    return PortalLink.objects.filter(token_hash=_hash(token)).values_list("id", "tenant_id").first()
+    return PortalLink.objects.filter(token_hash=_hash(token)).values_list("id", "tenant_id", "theme").first()
 
 
 def portal_link_usable(*, token: str) -> bool:

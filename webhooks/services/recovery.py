@@ -10,16 +10,17 @@ A step that finds its batch still under way sends itself again after WEBHOOK_REC
 (less often while nothing moves) instead of waiting; beat sends again a step that was lost
 (`recoveries_resume`). An endpoint disabled or deleted meanwhile ends the recovery after its batch.
 
+One recovery of an endpoint runs at a time: while one runs, `recovery_create` refuses another
+(`RecoveryInProgress`, the API's 409 `recovery_in_progress`), race-free through a unique partial index.
 A recovery resends only what was failed when it was created and has not changed since (the delivery's
-`updated_at`): what another recovery, or a manual retry, has sent again meanwhile is left out. So two
-recoveries over the same range, running at once, never send one delivery twice; and the lease of the
-claim keeps any delivery from being sent twice at the same moment whatever else happens.
+`updated_at`): what a manual retry, or an earlier recovery, has sent again meanwhile is left out; and the
+lease of the claim keeps any delivery from being sent twice at the same moment whatever else happens.
 """
 import logging
 from datetime import datetime, timedelta
 
 from celery import current_app
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from webhooks.conf import herald_settings
@@ -57,22 +58,49 @@ class RecoveryRefused(Exception):
     """The endpoint cannot be recovered now (it is disabled): nothing was recorded."""
 
 
+class RecoveryInProgress(RecoveryRefused):
+    """Another recovery of the endpoint is running (SPEC §11: 409 `recovery_in_progress`): nothing was
+    recorded. `running` is its id."""
+
+    def __init__(self, running: str | None) -> None:
+        super().__init__(f"A recovery of this endpoint is running ({running or 'just made'}): wait for it to "
+                         "complete, then recover again.")
+        self.running = running
+
+
 def recovery_create(*, tenant: Tenant, endpoint: Endpoint, since: datetime, until: datetime | None) -> Recovery:
     """Record a recovery of `endpoint`'s failed deliveries in [since, until), in the caller's transaction;
     its first step is sent once that commits. RecoveryRefused for a disabled endpoint, whose claims would
-    only close the deliveries again."""
+    only close the deliveries again; RecoveryInProgress while another recovery of the endpoint runs.
+
+    One running per endpoint is the unique index `recovery_one_running`'s rule: of two made at the same
+    moment, the second's insert waits for the first's transaction and fails once it commits (a savepoint
+    keeps the caller's transaction usable). Checked first too, so that the usual refusal costs no count."""
     if not endpoint.enabled or endpoint.deleted_at is not None:
         raise RecoveryRefused("The endpoint is disabled: enable it first, then recover.")
+    running = _running_of(endpoint)
+    if running is not None:
+        raise RecoveryInProgress(running)
     now = timezone.now()
     recovery = Recovery(tenant=tenant, endpoint=endpoint, since=since, until=until, created_at=now, updated_at=now)
     with connection.cursor() as cursor:
         cursor.execute(_COUNT_SQL, _walk_params(recovery, batch=None))
         recovery.total = cursor.fetchone()[0]
-    recovery.save(force_insert=True)
+    try:
+        with transaction.atomic():
+            recovery.save(force_insert=True)
+    except IntegrityError as exc:
+        if "recovery_one_running" not in str(exc):
+            raise
+        raise RecoveryInProgress(_running_of(endpoint)) from None
     _send_step(recovery, countdown=0)
     logger.info("recovery.created", extra={"recovery_id": recovery.pk, "endpoint_id": endpoint.pk,
                                            "total": recovery.total})
     return recovery
+
+
+def _running_of(endpoint: Endpoint) -> str | None:
+    return Recovery.objects.filter(endpoint=endpoint, status=Recovery.RUNNING).values_list("pk", flat=True).first()
 
 
 def recovery_step(*, recovery_id: str, step: int) -> str | None:

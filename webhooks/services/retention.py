@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from webhooks import ids
 from webhooks.conf import herald_settings
-from webhooks.delivery import attempts, leases, outbox
+from webhooks.delivery import attempts, deliveries, endpoints, leases, outbox
 from webhooks.models import (Delivery, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
                              Recovery, Tenant)
 
@@ -54,8 +54,7 @@ _DELETE_SQL = f"""
 WITH attempts AS (
     {attempts.delete_of_events("%(events)s")}
 ), deliveries AS (
-    DELETE FROM {_DELIVERY} d WHERE d.event_id = ANY(%(events)s) AND d.status <> 'pending'
-    RETURNING 1
+    {deliveries.delete_final_of_events("%(events)s")}
 ), events AS (
     DELETE FROM {_EVENT} e WHERE e.id = ANY(%(events)s)
     RETURNING 1
@@ -161,7 +160,7 @@ _TENANT_EVENTS_SQL = f"""
 WITH picked AS (
     SELECT e.id FROM {_EVENT} e WHERE e.tenant_id = %(tenant)s LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 ), deliveries AS (
-    DELETE FROM {_DELIVERY} d WHERE d.event_id IN (SELECT id FROM picked) RETURNING d.id
+    {deliveries.delete_of_events_in("SELECT id FROM picked")}
 ), attempts AS (
     {attempts.delete_of("ARRAY(SELECT id FROM deliveries)")}
 ), outbox AS (
@@ -188,7 +187,7 @@ WITH picked AS (
 ), leases AS (
     {leases.delete_of("endpoint_id", "SELECT id FROM picked")}
 ), endpoints AS (
-    DELETE FROM {Endpoint._meta.db_table} e WHERE e.id IN (SELECT id FROM picked) RETURNING 1
+    {endpoints.delete_of("SELECT id FROM picked")}
 )
 SELECT (SELECT count(*) FROM endpoints), (SELECT count(*) FROM secrets) + (SELECT count(*) FROM access)
        + (SELECT count(*) FROM recoveries) + (SELECT count(*) FROM leases)
@@ -216,10 +215,75 @@ class Erased:
         return self.events + self.deliveries + self.other
 
 
+def _tenant_paths() -> list[tuple[type, str]]:
+    """Every model whose rows belong to a tenant, with the lookup from it to its tenant (`pk`, `tenant`,
+    `credential__tenant`, `delivery__tenant`, …): found from the models' foreign keys, so a new model is
+    included without a list to keep."""
+    from django.apps import apps
+
+    def direct(model) -> str | None:
+        if model is Tenant:
+            return "pk"
+        for field in model._meta.concrete_fields:
+            if field.is_relation and field.many_to_one and field.related_model is Tenant:
+                return field.name
+        return None
+
+    paths = []
+    for model in apps.get_models():
+        path = direct(model)
+        if path is None:
+            for field in model._meta.concrete_fields:
+                if field.is_relation and field.many_to_one and field.related_model is not None:
+                    via = direct(field.related_model)
+                    if via is not None and via != "pk":
+                        path = f"{field.name}__{via}"
+                        break
+        if path is not None:
+            paths.append((model, path))
+    return paths
+
+
+def tenant_admin_history_erase(*, tenant_id: str) -> int:
+    """Delete the admin's history (django.contrib.admin's LogEntry) of a tenant's rows: each entry keeps the
+    row's `str()` and the change made, which must not outlive the tenant. Run while the rows still exist
+    (their keys find the entries); the number deleted. The history is small and the tenant's tables are
+    not: the entries are read first, and only the rows they name are looked up, by primary key."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.exceptions import ValidationError
+
+    paths = dict(_tenant_paths())
+    types = ContentType.objects.get_for_models(*paths, for_concrete_models=False)
+    named: dict[type, set[str]] = {}
+    by_type = {content_type.pk: model for model, content_type in types.items()}
+    for content_type_id, object_id in LogEntry.objects.filter(content_type_id__in=by_type).values_list(
+            "content_type_id", "object_id"):
+        named.setdefault(by_type[content_type_id], set()).add(object_id)
+    deleted = 0
+    for model, object_ids in named.items():
+        keys = []
+        for object_id in object_ids:
+            try:
+                keys.append(model._meta.pk.to_python(object_id))
+            except (ValidationError, ValueError, TypeError):
+                continue
+        theirs = model._default_manager.filter(pk__in=keys, **{paths[model]: tenant_id}).values_list("pk", flat=True)
+        gone = [str(key) for key in theirs]
+        if gone:
+            deleted += LogEntry.objects.filter(content_type=types[model], object_id__in=gone)._raw_delete(
+                connection.alias)
+    return deleted
+
+
 def tenant_erase_owned(*, tenant_id: str, pacer: Pacer, erased: Erased, batch: int | None = None) -> bool:
-    """Erase a deleted tenant's events, deliveries, attempts, endpoints (with all that refers to them) and portal
-    links, batch by batch under `pacer`; True once none is left, False if the time ran out (the next run goes on)."""
+    """Erase a deleted tenant's admin history, events, deliveries, attempts, endpoints (with all that refers to
+    them) and portal links, batch by batch under `pacer`; True once none is left, False if the time ran out (the
+    next run goes on)."""
     batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
+    # First, while its rows still name the entries; again on every run (an operator may have changed one of
+    # its rows in the admin meanwhile). The admin's history is small: one statement per model.
+    erased.other += tenant_admin_history_erase(tenant_id=tenant_id)
 
     def events_batch() -> bool:
         with transaction.atomic(), connection.cursor() as cursor:

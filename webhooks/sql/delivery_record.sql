@@ -10,6 +10,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     ep record;
     v_moved boolean := false;
+    v_tenant varchar;
 BEGIN
     IF p_locked THEN
         SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint;
@@ -35,13 +36,15 @@ BEGIN
         -- A retry changes no indexed column of the delivery: a HOT update where its page has room.
         UPDATE webhooks_delivery d
            SET status = p_status, next_attempt_at = p_next_attempt_at, attempt_count = p_number, updated_at = now()
-         WHERE d.id = p_id AND d.status = 'pending';
+         WHERE d.id = p_id AND d.status = 'pending'
+        RETURNING d.tenant_id INTO v_tenant;
         v_moved := FOUND;
         IF v_moved AND p_status = 'pending' THEN
-            -- its retry's message, due at its time (a relay publishes it then)
-            INSERT INTO webhooks_deliveryoutbox AS o (delivery_id, due_at, published_at, periodic)
-            VALUES (p_id, p_next_attempt_at, NULL, true)
-            ON CONFLICT (delivery_id) DO UPDATE SET due_at = EXCLUDED.due_at, published_at = NULL, periodic = true;
+            -- its retry's message, due at its time (a relay publishes it then, in its tenant's turn)
+            INSERT INTO webhooks_deliveryoutbox AS o (delivery_id, due_at, published_at, periodic, tenant_id)
+            VALUES (p_id, p_next_attempt_at, NULL, true, v_tenant)
+            ON CONFLICT (delivery_id) DO UPDATE SET due_at = EXCLUDED.due_at, published_at = NULL, periodic = true,
+                                                    tenant_id = EXCLUDED.tenant_id;
         END IF;
     END IF;
     -- Up to p_hand_on parked deliveries take the room the endpoint has now.

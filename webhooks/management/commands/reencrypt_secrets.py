@@ -57,8 +57,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"re-encrypted {count} {what} under the first key")
 
     def _reencrypt_access(self, batch: int) -> int:
-        """Endpoints' header values, auth secrets and private keys (EndpointAccess)."""
-        columns = ["encrypted_headers", "encrypted_auth_secret", "encrypted_private_key"]
+        """Endpoints' header values, auth secrets, private keys and broker URLs (EndpointAccess)."""
+        columns = ["encrypted_headers", "encrypted_auth_secret", "encrypted_private_key", "encrypted_url"]
         done, last = 0, ""
         while True:
             with transaction.atomic():

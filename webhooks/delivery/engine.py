@@ -4,17 +4,28 @@ Celery's threads hand their delivery ids to the engine and go back for the next 
 waits only while the engine already holds WEBHOOK_WORKER_CONCURRENCY deliveries, so no worker has
 more attempts in flight than that. The engine thread:
 
-- claims what arrived since its last turn in one call (`leases.deliveries_claim`);
+- claims what arrived since its last turn in one call (`claim.deliveries_claim`);
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- records the attempts that finished in one call (`recording.deliveries_record`), which also gives freed
+- records the attempts that finished in one call (`record.deliveries_record`), which also gives freed
   slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
   through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
   publishes them);
 - prepares, on a small pool of threads, the attempts that must wait for something before they can be
-  sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/access.py),
-  within the attempt's deadline, and sends them once ready;
+  sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/delivery/destinations/access.py),
+  and sends them once ready. Each preparation has the attempt's whole deadline, counted from when its
+  own preparation starts. One tenant has at most PREPARE_PER_TENANT of the PREPARE_THREADS threads: its
+  attempts past that wait their turn (deferred, not failed), so a tenant whose token server hangs
+  slows only its own attempts. A deferred attempt whose lease would run out before it could finish is
+  given up without an attempt: its lease runs out and beat's dispatcher sends it again. At most
+  DEFERRED_PER_TENANT of a tenant's attempts wait so; one claimed past that is handed back at once
+  (`outbox.hand_back`: its lease released, due again HAND_BACK_SECONDS later, published fairly), so that one
+  tenant's claims cannot fill the engine's slots and memory (each holds its payload) while they wait;
+- sends the attempts to message brokers (SPEC §14) in batches, one per endpoint and turn, on the broker
+  threads (webhooks/delivery/destinations/brokers.py: a tenant's at most BROKER_PER_TENANT of them at once,
+  each batch within the attempts' deadline, over a bounded pool of connections per endpoint), and records
+  them when they come back; the engine thread never waits on a broker;
 - wakes a throttled endpoint when its next attempt may start (the claim says when), so that its
   parked deliveries go out at its rate, one after the other, without waiting for beat.
 
@@ -34,19 +45,33 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pycurl
 from django.db import close_old_connections, connections
 from django.utils import timezone
 
-from webhooks import access, recording, tracing, transport
+from webhooks import tracing
 from webhooks.conf import herald_settings
-from webhooks.delivery import leases, parked, sending
+from webhooks.delivery import outbox, parked, record, sending
 from webhooks.delivery.attempts import Outcome
-from webhooks.delivery.leases import Claim
+from webhooks.delivery.claim import Claim, deliveries_claim, delivery_claim
+from webhooks.delivery.destinations import access, brokers, http_transport
+from webhooks.delivery.destinations.kinds import BROKERS
+from webhooks.delivery.destinations.base import AttemptResult
 
 logger = logging.getLogger("herald.engine")
+
+# The threads that prepare attempts (a token fetch, a proxied host's lookup), and how many of them one
+# tenant's attempts may hold at once: at least four tenants whose token servers all hang to fill them.
+PREPARE_THREADS = 16
+PREPARE_PER_TENANT = 4
+# How many more of a tenant's claimed attempts may wait for its share of those threads: four rounds of its share
+# (about what the threads get through within a lease when its token server hangs, and a moment's work when it
+# answers). A claim past that is handed back, due again this much later, so that it comes back through the
+# relay's fair choice rather than holding a slot of the engine meanwhile.
+DEFERRED_PER_TENANT = 4 * PREPARE_PER_TENANT
+HAND_BACK_SECONDS = 2.0
 
 
 class Engine:
@@ -64,14 +89,20 @@ class Engine:
         self._multi.setopt(pycurl.M_SOCKETFUNCTION, self._on_socket)
         self._multi.setopt(pycurl.M_TIMERFUNCTION, self._on_timer)
         self._idle: list[pycurl.Curl] = []  # reused handles; the multi keeps the connections alive
-        self._running: dict[int, tuple[pycurl.Curl, transport.Attempt, Claim, datetime,
+        self._running: dict[int, tuple[pycurl.Curl, http_transport.Attempt, Claim, datetime,
                                        access.Prepared, tracing.DeliveryTrace | None]] = {}
         self._origins: dict[str, object] = {}  # tracing on: delivery id -> the Celery task span that brought it
         # attempts that need a token fetched or a proxied host resolved are prepared on these threads
-        self._preparing = ThreadPoolExecutor(max_workers=16, thread_name_prefix="herald-prepare")
+        self._preparing = ThreadPoolExecutor(max_workers=PREPARE_THREADS, thread_name_prefix="herald-prepare")
+        self._preparing_of: dict[str, int] = {}  # tenant id -> its preparations on the pool (under _changed)
+        self._deferred: dict[str, deque[tuple[Claim, tracing.DeliveryTrace | None]]] = {}  # over its share
         self._prepared: deque[tuple[Claim, access.Prepared, datetime,
                                     tracing.DeliveryTrace | None]] = deque()
         self._submitted: deque[str] = deque()
+        self._brokers = brokers.Sender(self._broker_done,
+                                       timeout=lambda: herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS,
+                                       allow_private=lambda: herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
+        self._sent: deque[tuple[Outcome, tracing.DeliveryTrace | None]] = deque()  # broker attempts back
         self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
         self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
         self._held = 0  # deliveries submitted and not finished yet
@@ -80,6 +111,7 @@ class Engine:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
         self._thread.start()
 
@@ -107,6 +139,18 @@ class Engine:
         with self._changed:
             return self._changed.wait_for(lambda: self._held == 0, timeout)
 
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the engine thread after its current turn, and the preparing threads (an engine of a test, after
+        `drain`: no scheduled wake-up of a throttled endpoint may query the database after its test)."""
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass
+        self._thread.join(timeout)
+        self._preparing.shutdown(wait=True, cancel_futures=True)
+        self._brokers.stop()
+
     def _take(self, delivery_ids: list[str]) -> None:
         """Deliveries handed on by a record: claimed on the next turn (they fill only freed slots)."""
         with self._changed:
@@ -121,7 +165,7 @@ class Engine:
     # -- the engine thread
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 self._turn()
             except Exception:  # noqa: BLE001 - the engine must outlive any one batch
@@ -135,6 +179,8 @@ class Engine:
             self._start(batch)
         if self._prepared:
             self._launch_prepared()
+        if self._sent:
+            self._record_sent()
         self._wake_due_endpoints()
         self._drive()
         finished = []
@@ -188,7 +234,7 @@ class Engine:
         if self._wakes:
             timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
         with self._changed:
-            if self._submitted or self._prepared:  # handed on by this very thread, or prepared: at once
+            if self._submitted or self._prepared or self._sent:  # handed on by this thread, prepared, sent: at once
                 timeout = 0.0
         for key, events in self._selector.select(timeout):
             if key.fileobj is self._wake_r:
@@ -222,7 +268,7 @@ class Engine:
         try:
             close_old_connections()
             with tracing.batch("herald.claim.batch", len(batch)) as claim_batch:
-                result = leases.deliveries_claim(delivery_ids=batch)
+                result = deliveries_claim(delivery_ids=batch)
                 if claim_batch is not None:
                     traces = tracing.delivery_traces(result.claims, claim_batch, origins)
         except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
@@ -239,31 +285,137 @@ class Engine:
                     self._wake_for[endpoint_id] = at
                     heapq.heappush(self._wakes, (at, endpoint_id))
         unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
-        deadline = time.monotonic() + herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS
+        handed_back: list[Claim] = []
+        to_brokers: dict[str, list[tuple[Claim, tracing.DeliveryTrace | None]]] = {}
         for claim in claims.values():
             trace = traces.get(claim.delivery_id)
+            if claim.kind in BROKERS:
+                to_brokers.setdefault(claim.endpoint_id, []).append((claim, trace))
+                continue
             if access.needs_thread(claim.access):
-                # A token to fetch or a proxied host to resolve: on a thread of the pool, within the
-                # attempt's deadline; the engine sends it when it is ready (`_launch_prepared`).
-                self._preparing.submit(self._prepare_off_thread, claim, deadline, timezone.now(), trace)
+                # A token to fetch or a proxied host to resolve: on a thread of the pool, within the tenant's
+                # share of it; the engine sends it when it is ready (`_launch_prepared`).
+                if not self._prepare_later(claim, trace):
+                    handed_back.append(claim)
                 continue
             self._launch(claim, sending.attempt_prepare(claim), timezone.now(), trace, unsendable)
+        if handed_back:
+            self._hand_back(handed_back)
         if unsendable:
             self._record(unsendable)
+        for items in to_brokers.values():
+            self._send_to_broker(items)
 
-    def _prepare_off_thread(self, claim: Claim, deadline: float, started_at: datetime,
-                            trace: tracing.DeliveryTrace | None) -> None:
-        try:
-            prepared = sending.attempt_prepare(claim, timeout=max(0.001, deadline - time.monotonic()))
-        except Exception as exc:  # noqa: BLE001 - a failed attempt, recorded
-            logger.exception("engine.prepare_failed", extra={"delivery_id": claim.delivery_id})
-            prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
+    def _send_to_broker(self, items: list[tuple[Claim, tracing.DeliveryTrace | None]]) -> None:
+        """One endpoint's claimed broker attempts, as one batch on the broker threads (`_broker_done` takes
+        their results); given up unsent, like a preparation, if its leases would run out first."""
+        messages = []
+        for claim, trace in items:
+            headers = sending.attempt_headers(claim)
+            if trace is not None:
+                trace.attempt_started(headers)
+            messages.append(sending.broker_message(claim, headers))
+        first = items[0][0]
+        lease_end = min(claim.lease_end for claim, _ in items)
+        timeout = timedelta(seconds=herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS)
+
+        context = {"items": items, "started_at": None}
+
+        def ready() -> bool:
+            context["started_at"] = timezone.now()  # the attempts' start, once their turn has come
+            return lease_end - context["started_at"] >= timeout
+
+        self._brokers.submit(brokers.Batch(first.tenant_id, BROKERS[first.kind], first.access.target, messages,
+                                           context=context, ready=ready))
+
+    def _broker_done(self, batch: brokers.Batch, results: list[AttemptResult] | None) -> None:
+        """On a broker thread: a batch's results, recorded by the engine thread on its next turn."""
+        items, started_at = batch.context["items"], batch.context["started_at"]
+        if results is None:  # given up: its leases run out and beat's dispatcher sends them again
+            self._release(len(items))
+            return
         with self._changed:
-            self._prepared.append((claim, prepared, started_at, trace))
+            for (claim, trace), result in zip(items, results):
+                if trace is not None:
+                    trace.attempt_finished(result)
+                self._sent.append((Outcome(claim, started_at, result), trace))
         try:
             self._wake_w.send(b"x")
         except BlockingIOError:
             pass
+
+    def _record_sent(self) -> None:
+        with self._changed:
+            sent = list(self._sent)
+            self._sent.clear()
+        self._record(sent)
+
+    def _hand_back(self, claims: list[Claim]) -> None:
+        """Claims past their tenant's DEFERRED_PER_TENANT: unattempted, due again HAND_BACK_SECONDS from now."""
+        try:
+            close_old_connections()
+            outbox.hand_back(claims=[(c.delivery_id, c.lease_end) for c in claims], delay=HAND_BACK_SECONDS)
+            logger.info("engine.handed_back", extra={"deliveries": len(claims),
+                                                     "tenants": sorted({c.tenant_id for c in claims})})
+        except Exception:  # noqa: BLE001 - their leases run out and beat's dispatcher sends them again
+            logger.exception("engine.hand_back_failed", extra={"deliveries": len(claims)})
+        finally:
+            self._release(len(claims))
+
+    def _prepare_later(self, claim: Claim, trace: tracing.DeliveryTrace | None) -> bool:
+        """Prepare the claim's attempt on the pool now, or, while its tenant holds its share of the pool,
+        once one of the tenant's preparations ends; False (not taken) if DEFERRED_PER_TENANT of the
+        tenant's attempts wait already."""
+        tenant = claim.tenant_id
+        with self._changed:
+            if self._preparing_of.get(tenant, 0) >= PREPARE_PER_TENANT:
+                waiting = self._deferred.setdefault(tenant, deque())
+                if len(waiting) >= DEFERRED_PER_TENANT:
+                    return False
+                waiting.append((claim, trace))
+                return True
+            self._preparing_of[tenant] = self._preparing_of.get(tenant, 0) + 1
+        self._preparing.submit(self._prepare_off_thread, claim, trace)
+        return True
+
+    def _prepare_off_thread(self, claim: Claim, trace: tracing.DeliveryTrace | None) -> None:
+        timeout = herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS
+        while claim is not None:
+            # The attempt's deadline starts with its own preparation, not when it was claimed or queued.
+            started_at = timezone.now()
+            if claim.lease_end - started_at < timedelta(seconds=timeout):
+                # it waited so long for its turn that it could outlive its lease: given up, unrecorded (the
+                # lease runs out and beat's dispatcher sends it again, with a fresh one)
+                logger.warning("engine.prepare_given_up", extra={"delivery_id": claim.delivery_id,
+                                                                 "tenant_id": claim.tenant_id})
+                self._release(1)
+            else:
+                try:
+                    prepared = sending.attempt_prepare(claim, timeout=timeout)
+                except Exception as exc:  # noqa: BLE001 - a failed attempt, recorded
+                    logger.exception("engine.prepare_failed", extra={"delivery_id": claim.delivery_id})
+                    prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
+                with self._changed:
+                    self._prepared.append((claim, prepared, started_at, trace))
+                try:
+                    self._wake_w.send(b"x")
+                except BlockingIOError:
+                    pass
+            # this thread goes on with the tenant's next deferred attempt, if any (its place in the share)
+            claim, trace = self._next_deferred(claim.tenant_id)
+
+    def _next_deferred(self, tenant: str) -> tuple[Claim | None, tracing.DeliveryTrace | None]:
+        with self._changed:
+            waiting = self._deferred.get(tenant)
+            if waiting:
+                claim, trace = waiting.popleft()
+                if not waiting:
+                    del self._deferred[tenant]
+                return claim, trace
+            self._preparing_of[tenant] -= 1
+            if not self._preparing_of[tenant]:
+                del self._preparing_of[tenant]
+            return None, None
 
     def _launch_prepared(self) -> None:
         with self._changed:
@@ -294,8 +446,8 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - libcurl refused an option: a failed attempt, recorded
             curl.reset()
             self._idle.append(curl)
-            result = transport.AttemptResult(status=None, body="", duration_ms=0,
-                                             error=f"invalid_url: {exc}"[:200], retry_after=None)
+            result = AttemptResult(status=None, body="", duration_ms=0, error=f"invalid_url: {exc}"[:200],
+                                   retry_after=None)
             if trace is not None:
                 trace.attempt_finished(result)
             unsendable.append((Outcome(claim, timezone.now(), result), trace))
@@ -323,7 +475,7 @@ class Engine:
         record_batch = None
         try:
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
-                statuses = recording.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
+                statuses = record.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:
@@ -358,7 +510,7 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     this thread; its new status, or None if skipped."""
     trace = None
     with tracing.batch("herald.claim.batch", 1) as claim_batch:
-        claim = leases.delivery_claim(delivery_id=delivery_id)
+        claim = delivery_claim(delivery_id=delivery_id)
         if claim is not None and claim_batch is not None:
             trace = tracing.delivery_traces({delivery_id: claim}, claim_batch,
                                             {delivery_id: claim_batch.origin})[delivery_id]
@@ -367,11 +519,11 @@ def delivery_attempt(*, delivery_id: str) -> str | None:
     started_at = timezone.now()
     result = sending.attempt_send(claim, trace=trace)
     if trace is None:
-        return recording.delivery_record(claim=claim, started_at=started_at, result=result)
+        return record.delivery_record(claim=claim, started_at=started_at, result=result)
     status, record_batch = None, tracing.batch("herald.record.batch", 1)
     try:
         with record_batch:
-            status = recording.delivery_record(claim=claim, started_at=started_at, result=result)
+            status = record.delivery_record(claim=claim, started_at=started_at, result=result)
     finally:
         trace.recorded(status, record_batch)
     return status

@@ -6,13 +6,14 @@ from datetime import datetime
 
 from django.db import connection
 from prometheus_client import Counter, Histogram, values
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-from webhooks.breaker import RECOVERED, TRIPPED
+from webhooks.delivery.breaker import RECOVERED, TRIPPED
 from webhooks.conf import herald_settings
+from webhooks.delivery import outbox
 from webhooks.liveness import WORKER_PREFIX
 from webhooks.models import DISPATCHER, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Heartbeat
-from webhooks.transport import AttemptResult
+from webhooks.delivery.destinations.base import AttemptResult
 
 if herald_settings.metrics.PROMETHEUS_MULTIPROC_DIR:
     # Containers sharing one metrics volume all number their processes from 1: name each file by
@@ -113,6 +114,34 @@ class DeliveryStateCollector:
         yield GaugeMetricFamily("herald_oldest_due_delivery_age_seconds",
                                 "How long the oldest due delivery has waited for a worker (parked ones aside)",
                                 value=float(oldest))
+        yield from self._tenants_waiting()
         yield GaugeMetricFamily("herald_workers_live",
                                 "Workers consuming, on every host: a heartbeat in PostgreSQL within 3 intervals",
                                 value=workers)
+
+    # Waiting depth (due, unpublished outbox rows) counted up to DEPTH_CAP per tenant: the last bucket is "more".
+    DEPTH_BUCKETS = (1, 10, 100, 1000)
+    DEPTH_CAP = 1001
+    AGE_BUCKETS = (1, 5, 30, 60, 300, 3600)
+
+    def _tenants_waiting(self):
+        """How the tenants with deliveries waiting for the relays' choice stand (webhooks/delivery/scheduling.py):
+        two histograms over tenants, no label per tenant: how many each has waiting, and how long its oldest
+        has waited. One index probe per waiting tenant, and at most DEPTH_CAP index entries each."""
+        with connection.cursor() as cursor:
+            cursor.execute(outbox.WAITING_BY_TENANT_SQL, {"cap": self.DEPTH_CAP})
+            rows = cursor.fetchall()
+        depths = [depth for depth, _ in rows]
+        ages = [float(age) for _, age in rows]
+        yield HistogramMetricFamily(
+            "herald_tenant_waiting_deliveries",
+            f"Tenants by deliveries due and waiting to be published (counted up to {self.DEPTH_CAP - 1} each)",
+            buckets=_buckets(depths, self.DEPTH_BUCKETS), sum_value=sum(depths))
+        yield HistogramMetricFamily(
+            "herald_tenant_oldest_waiting_seconds",
+            "Tenants by how long their oldest due delivery has waited to be published",
+            buckets=_buckets(ages, self.AGE_BUCKETS), sum_value=sum(ages))
+
+
+def _buckets(values: list[float], bounds: tuple) -> list[tuple[str, int]]:
+    return [*((str(bound), sum(1 for v in values if v <= bound)) for bound in bounds), ("+Inf", len(values))]

@@ -1,8 +1,8 @@
-"""The record of finished attempts: what follows an attempt, above the services it may need.
+"""The record of finished attempts: what follows an attempt.
 
 The record itself (the attempt row, the lease released, the delivery moved on, the freed slot handed
 on) is webhooks/delivery/attempts.py. Here: which way each attempt is recorded, the breaker's change
-(webhooks/breaker.py), an endpoint disabled on a 410 and the operational events (SPEC §8) of the slow
+(webhooks/delivery/breaker.py), an endpoint disabled on a 410 and the operational events (SPEC §8) of the slow
 path, the hand-on of freed slots to a worker's engine or the retry queue, and the attempt's metrics and
 log line.
 """
@@ -13,16 +13,18 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from webhooks import breaker, event_types, metrics, transport
+from webhooks import event_types
 from webhooks.conf import herald_settings
-from webhooks.delivery import attempts
+from webhooks.delivery import attempts, breaker, metrics
+from webhooks.delivery.destinations import kinds
 from webhooks.delivery.attempts import Outcome
-from webhooks.delivery.leases import Claim
+from webhooks.delivery.claim import Claim
+from webhooks.delivery.destinations.base import AttemptResult, Verdict
+from webhooks.delivery.endpoints import breaker_write, endpoint_disable
+from webhooks.delivery.fanout import event_emit_operational
 from webhooks.delivery.publishing import deliveries_enqueue
 from webhooks.logcontext import request_id
-from webhooks.models import Delivery, Endpoint
-from webhooks.services.endpoints import endpoint_disable
-from webhooks.services.events import event_emit_operational
+from webhooks.models import Delivery
 
 logger = logging.getLogger("herald.delivery")
 
@@ -41,11 +43,12 @@ def deliveries_record(*, outcomes: list[Outcome],
     or else into the retry queue.
     """
     now = timezone.now()
-    decided = [attempts.delivery_decide(number=o.claim.number, result=o.result, now=now) for o in outcomes]
+    verdicts = [kinds.classify(o.claim.kind, o.result) for o in outcomes]
+    decided = [attempts.delivery_decide(number=o.claim.number, verdict=v, now=now) for o, v in zip(outcomes, verdicts)]
     params = [attempts.record_params(o, status, next_at) for o, (status, next_at) in zip(outcomes, decided)]
     # per attempt: moved on, handed on, breaker transition, endpoint class (metrics.endpoint_class)
     done: dict[int, tuple[bool, list[str], str | None, str]] = {}
-    healthy_successes = [i for i, o in enumerate(outcomes) if o.result.ok and o.claim.endpoint_healthy]
+    healthy_successes = [i for i, o in enumerate(outcomes) if verdicts[i].ok and o.claim.endpoint_healthy]
     if healthy_successes:
         rows = attempts.record_healthy_successes([params[i] for i in healthy_successes])
         for i in healthy_successes:
@@ -56,8 +59,8 @@ def deliveries_record(*, outcomes: list[Outcome],
         if i not in done:
             token = request_id.set(outcome.claim.request_id)  # for the operational events it may record
             try:
-                done[i] = _record_slow(claim=outcome.claim, result=outcome.result, status=decided[i][0], now=now,
-                                       params=params[i])
+                done[i] = _record_slow(claim=outcome.claim, result=outcome.result, verdict=verdicts[i],
+                                       status=decided[i][0], now=now, params=params[i])
             finally:
                 request_id.reset(token)
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
@@ -78,29 +81,29 @@ def deliveries_record(*, outcomes: list[Outcome],
     return [status for status, _ in decided]
 
 
-def delivery_record(*, claim: Claim, started_at: datetime, result: transport.AttemptResult) -> str:
+def delivery_record(*, claim: Claim, started_at: datetime, result: AttemptResult) -> str:
     """Record one finished attempt (see `deliveries_record`); the delivery's new status."""
     return deliveries_record(outcomes=[Outcome(claim, started_at, result)])[0]
 
 
-def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, now: datetime,
+def _record_slow(*, claim: Claim, result: AttemptResult, verdict: Verdict, status: str, now: datetime,
                  params: dict) -> tuple[bool, list[str], str | None, str]:
     notify = not event_types.is_reserved(claim.event_type)
     with transaction.atomic(), connection.cursor() as cursor:
         endpoint = attempts.lock_endpoint(cursor, claim.endpoint_id)
         change = breaker.after_attempt(
-            state=endpoint.breaker, ok=result.ok, probe=claim.probe, now=now,
+            state=endpoint.breaker, ok=verdict.ok, probe=claim.probe, now=now,
             threshold=herald_settings.breaker.WEBHOOK_BREAKER_FAILURES,
             base=herald_settings.breaker.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
             maximum=herald_settings.breaker.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
-        gone = result.status == 410
+        gone = verdict.gone
         # Our slot goes to the oldest parked delivery; a recovered endpoint's whole cap opens at once.
         if not endpoint.active or gone or change.tripped_after(endpoint.breaker):
             slots_to_hand_on = 0
         else:
             slots_to_hand_on = endpoint.cap if change.transition == breaker.RECOVERED else 1
         if change.fields:  # first, so that the hand-on below sees the breaker as it now is
-            Endpoint.objects.filter(pk=claim.endpoint_id).update(**change.fields)
+            breaker_write(endpoint_id=claim.endpoint_id, fields=change.fields)
         moved_on, handed = attempts.record_locked(cursor, params, slots_to_hand_on=slots_to_hand_on)
         if gone and endpoint.active:
             endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
@@ -109,7 +112,7 @@ def _record_slow(*, claim: Claim, result: transport.AttemptResult, status: str, 
     return moved_on, handed, change.transition, metrics.endpoint_class(failing_since=endpoint.failing_since, now=now)
 
 
-def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: transport.AttemptResult,
+def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: AttemptResult,
                       failed: bool) -> None:
     endpoint = {"endpoint_id": claim.endpoint_id, "url": claim.url}
     last = {"response_status": result.status, "error": result.error}

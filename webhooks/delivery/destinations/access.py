@@ -14,7 +14,9 @@ OAuth2 (RFC 6749 §4.4): oauthlib's BackendApplicationClient builds the form bod
 answer; the client authenticates with HTTP Basic (§2.3.1, the method every server must support); the
 request is a libcurl POST with the attempts' SSRF check, proxy and deadline. A token is reused by
 every attempt of this process until shortly before its `expires_in`, and dropped when the endpoint
-answers 401 (the next attempt fetches a new one). Secrets never reach a log line or an error.
+answers 401 (the next attempt fetches a new one) or when no live endpoint uses it any more (see
+`caches_forget`: what a deleted endpoint or tenant left is dropped at the next claim). Secrets never
+reach a log line or an error.
 """
 from __future__ import annotations
 
@@ -33,8 +35,15 @@ from cryptography.hazmat.primitives import serialization
 from oauthlib.oauth2 import BackendApplicationClient
 from oauthlib.oauth2.rfc6749.errors import OAuth2Error
 
-from webhooks import crypto, tracing, transport
+from webhooks import crypto, tracing
+from webhooks.delivery import signing
+from webhooks.delivery.destinations import http_transport as transport
+from webhooks import crypto, tracing
 from webhooks.conf import herald_settings
+from webhooks.delivery import signing
+from webhooks.delivery.destinations import brokers
+from webhooks.delivery.destinations import http_transport as transport
+from webhooks.delivery.destinations.base import AttemptResult
 from webhooks.models import EndpointAccess
 
 logger = logging.getLogger("herald.access")
@@ -230,6 +239,7 @@ class Access:
     auth: transport.Auth | None = None
     oauth2: OAuth2 | None = None
     client_cert: transport.ClientCert | None = None
+    target: brokers.Target | None = None  # a broker endpoint's (SPEC §14): its kind, URL with credentials, fields
     header_lines: tuple[str, ...] = field(init=False, repr=False)
     header_lines_traced: tuple[str, ...] = field(init=False, repr=False)
 
@@ -248,9 +258,52 @@ ACCESS_TABLE = EndpointAccess._meta.db_table
 # What the claim (delivery/leases.py) reads of an endpoint's access, beside each claimed delivery: a flag
 # (the endpoint has access), then what `access_from_rows` takes after the endpoint id.
 ACCESS_COLUMNS = ("a.endpoint_id IS NOT NULL, a.updated_at, a.encrypted_headers, a.auth_type, a.auth_shown, "
-                  "a.encrypted_auth_secret, a.certificate, a.encrypted_private_key")
+                  "a.encrypted_auth_secret, a.certificate, a.encrypted_private_key, a.destination, a.encrypted_url")
 _loaded: dict[tuple[str, datetime], Access] = {}
 _loaded_lock = threading.Lock()
+
+# What this process holds of endpoints' secrets (decrypted access in `_loaded`, OAuth2 `tokens`, and the
+# signing secrets and access that crypto's cache of decryptions keeps) must not outlive the endpoint, its
+# access as it was, or its tenant. The claim asks (delivery/leases.py: `caches_check_due`, then
+# `caches_forget` with what is live) every CACHE_CHECK_SECONDS, and at once when a claimed endpoint's access
+# is not loaded yet: a new endpoint or a change is when a deleted one's token could otherwise be reused.
+CACHE_CHECK_SECONDS = 5.0
+_claimed: set[str] = set()  # endpoints whose signing secrets this process has decrypted since the last check
+_checked_at = 0.0
+
+
+def caches_check_due(endpoint_ids: list[str], access_keys: list[tuple[str, datetime]]) -> list[str] | None:
+    """At a claim of `endpoint_ids` (with access rows `access_keys`): None if the caches need no check now,
+    else the endpoints to ask about (are they live, and which version of their access)."""
+    global _checked_at
+    with _loaded_lock:
+        _claimed.update(endpoint_ids)
+        if len(_claimed) > 10000:  # never grows without bound: forgotten with crypto's cache (`_loaded`, whose
+            _claimed.clear()       # endpoints are asked about too, and its tokens stay)
+            crypto.forget()
+        now = time.monotonic()
+        missing = any(key not in _loaded for key in access_keys)
+        if not (missing or now - _checked_at >= CACHE_CHECK_SECONDS):
+            return None
+        _checked_at = now
+        return list(_claimed | {endpoint_id for endpoint_id, _ in _loaded})
+
+
+def caches_forget(live: dict[str, datetime | None]) -> int:
+    """Drop what deleted endpoints (and tenants) and older versions of an access left in this process:
+    `live` maps each endpoint asked about that is live to its access's version (None: it has none). The
+    number of endpoints or access versions dropped."""
+    with _loaded_lock:
+        stale = [key for key in _loaded if live.get(key[0], "gone") != key[1]]
+        for key in stale:
+            del _loaded[key]
+        gone = {endpoint_id for endpoint_id in _claimed if endpoint_id not in live}
+        _claimed.difference_update(gone)
+        tokens.keep_only({access.oauth2.key for access in _loaded.values() if access.oauth2 is not None})
+        if stale or gone:
+            crypto.forget()
+            signing.forget()
+    return len(stale) + len(gone)
 
 
 def access_from_rows(rows: list[tuple]) -> tuple[dict[str, Access], set[str]]:
@@ -258,13 +311,13 @@ def access_from_rows(rows: list[tuple]) -> tuple[dict[str, Access], set[str]]:
     batch), and the endpoints whose secrets no configured key opens."""
     found: dict[str, Access] = {}
     broken: set[str] = set()
-    for endpoint_id, updated_at, enc_headers, auth_type, shown, enc_secret, certificate, enc_key in rows:
+    for endpoint_id, updated_at, *columns in rows:
         cached = _loaded.get((endpoint_id, updated_at))
         if cached is not None:
             found[endpoint_id] = cached
             continue
         try:
-            access = _access_from_row(enc_headers, auth_type, shown, enc_secret, certificate, enc_key)
+            access = _access_from_row((endpoint_id, updated_at), *columns)
         except crypto.InvalidToken:
             broken.add(endpoint_id)
             continue
@@ -276,9 +329,16 @@ def access_from_rows(rows: list[tuple]) -> tuple[dict[str, Access], set[str]]:
     return found, broken
 
 
-def _access_from_row(enc_headers, auth_type, shown, enc_secret, certificate, enc_key) -> Access:
+def _access_from_row(key, enc_headers, auth_type, shown, enc_secret, certificate, enc_key, destination,
+                     enc_url) -> Access:
     if isinstance(shown, str):
         shown = json.loads(shown)
+    if isinstance(destination, str):
+        destination = json.loads(destination)
+    target = None
+    if destination:
+        options = {name: value for name, value in destination.items() if name != "kind"}
+        target = brokers.Target(destination["kind"], crypto.decrypt(enc_url), options, key)
     headers = tuple(json.loads(crypto.decrypt(enc_headers)).items()) if enc_headers else ()
     secret = crypto.decrypt(enc_secret) if enc_secret else ""
     auth = oauth2 = None
@@ -291,7 +351,7 @@ def _access_from_row(enc_headers, auth_type, shown, enc_secret, certificate, enc
     client_cert = None
     if certificate:
         client_cert = transport.ClientCert(certificate.encode("ascii"), crypto.decrypt(enc_key).encode("ascii"))
-    return Access(headers, auth, oauth2, client_cert)
+    return Access(headers, auth, oauth2, client_cert, target)
 
 
 @dataclass(frozen=True)
@@ -357,6 +417,14 @@ class TokenCache:
     def clear(self) -> None:
         with self._lock:
             self._tokens.clear()
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Drop every token but those of these sources (the live endpoints' whose access is loaded)."""
+        with self._lock:
+            for key in [key for key in self._tokens if key not in keys]:
+                del self._tokens[key]
+            for key in [key for key in self._locks if key not in keys and not self._locks[key].locked()]:
+                del self._locks[key]
 
 
 tokens = TokenCache()
@@ -440,7 +508,7 @@ def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
-def after_attempt(access: Access | None, prepared: Prepared, result: transport.AttemptResult) -> None:
+def after_attempt(access: Access | None, prepared: Prepared, result: AttemptResult) -> None:
     """A 401 to an OAuth2 token: drop it, so that the next attempt fetches a new one."""
     if result.status == 401 and prepared.oauth2_token and access is not None and access.oauth2 is not None:
         tokens.drop(access.oauth2, prepared.oauth2_token)
