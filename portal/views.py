@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count
 from django.db.models.functions import TruncHour
+from django.middleware.csrf import rotate_token
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
@@ -22,6 +23,7 @@ from intake import serializers as io
 from webhooks import ids, selectors
 from webhooks.conf import herald_settings
 from webhooks.delivery import retries
+from webhooks.filters import FilterInvalid
 from webhooks.models import Delivery, Endpoint, Tenant
 from webhooks.services import endpoints as endpoint_services
 from webhooks.services import events as event_services
@@ -29,6 +31,7 @@ from webhooks.services import recovery as recovery_services
 from webhooks.services.portal import portal_link_redeem, portal_link_usable, portal_session_tenant
 
 SESSION_TENANT, SESSION_SINCE, SESSION_LINK = "portal_tenant", "portal_since", "portal_link"
+SESSION_THEME = "portal_theme"  # the link's {name?, logo_url?, accent?} (checked by the API), for base.html
 OUTCOMES = ("succeeded", "failed", "pending", "cancelled")
 
 
@@ -66,6 +69,7 @@ def tenant_view(view):
             return _refused(request, "Your portal session has ended",
                             "Ask for a new portal link to come back.", 403)
         request.tenant = tenant
+        request.portal_theme = request.session.get(SESSION_THEME) or {}
         try:
             return view(request, *args, **kwargs)
         except (_NotTheirs, Delivery.DoesNotExist):  # (a delivery deleted by retention while resent)
@@ -84,10 +88,12 @@ def open_link(request, token: str):
     opened = portal_link_redeem(token=token)
     if opened is None:
         return _link_refused(request)
-    link_id, tenant_id = opened
+    link_id, tenant_id, theme = opened
     request.session.flush()  # a fresh session id: nothing carried over from before the link
+    rotate_token(request)  # and a fresh CSRF token: one planted before the link was opened is worth nothing
     request.session[SESSION_TENANT], request.session[SESSION_SINCE] = tenant_id, time.time()
     request.session[SESSION_LINK] = link_id
+    request.session[SESSION_THEME] = theme
     request.session.set_expiry(herald_settings.portal.PORTAL_SESSION_SECONDS)
     return redirect("portal:endpoints")
 
@@ -142,9 +148,15 @@ def _form_data(post) -> dict:
     """The endpoint form's fields as the API's input takes them (lists from comma-separated text; the
     event types also from the catalog's checkboxes, ticked ones first)."""
     data = {}
-    for name in ("url", "description", "ordering"):
+    for name in ("url", "description", "ordering", "kind"):
         if name in post:
             data[name] = post[name].strip()
+    # a broker's fields (SPEC §14): only those filled in (the form shows every kind's on a new endpoint)
+    for name in ("exchange", "routing_key", "stream", "subject"):
+        if post.get(name, "").strip() or (name == "exchange" and "exchange" in post and post.get("kind") == "amqp"):
+            data[name] = post[name].strip()
+    if post.get("maxlen", "").strip():
+        data["maxlen"] = post["maxlen"].strip()
     for name in ("event_types", "channels"):
         if name in post:
             data[name] = [item.strip() for item in post[name].split(",") if item.strip()]
@@ -154,9 +166,21 @@ def _form_data(post) -> dict:
     for name in ("max_in_flight", "throttle_rate"):
         if name in post:
             data[name] = post[name].strip() or None
+    if "signature" in post:
+        data["signature"] = post["signature"]
+    if "filter" in post:  # JSON text; empty: no filter. Text that is not JSON goes on as a string, refused below.
+        text = post["filter"].strip()
+        try:
+            data["filter"] = json.loads(text) if text else None
+        except ValueError:
+            data["filter"] = text
     if "enabled" in post:
         data["enabled"] = post["enabled"] == "on"
     return data
+
+
+def _filter_error(exc: FilterInvalid) -> str:
+    return f"{exc.pointer or '/'}: {exc}"
 
 
 def _form(endpoint: Endpoint | None, values: dict | None) -> dict:
@@ -175,7 +199,17 @@ def _form(endpoint: Endpoint | None, values: dict | None) -> dict:
     names = {name for name, _ in catalog}
     chosen = raw("event_types", []) or []
     form = {name: shown(name) for name in ("url", "description", "channels", "max_in_flight", "throttle_rate")}
-    return form | {"ordering": shown("ordering", Endpoint.UNORDERED),
+    access = selectors.endpoint_access(endpoint=endpoint) if endpoint is not None else None
+    destination = access.destination if access is not None else {}
+    form["kind"] = (values or {}).get("kind", endpoint.kind if endpoint is not None else Endpoint.HTTP)
+    form["kinds"] = [kind for kind, _ in Endpoint.KINDS if kind != Endpoint.POLL]
+    for name in ("exchange", "routing_key", "stream", "maxlen", "subject"):
+        value = (values or {}).get(name, destination.get(name))
+        form[name] = "" if value is None else str(value)
+    chosen_filter = raw("filter", None)
+    form["filter"] = (chosen_filter if isinstance(chosen_filter, str)
+                      else "" if chosen_filter is None else json.dumps(chosen_filter, indent=1, ensure_ascii=False))
+    return form | {"ordering": shown("ordering", Endpoint.UNORDERED), "signature": shown("signature", Endpoint.V1),
                    "event_types": ", ".join(item for item in chosen if item not in names),
                    "catalog": [{"name": name, "description": description, "ticked": name in chosen}
                                for name, description in catalog]}
@@ -198,8 +232,12 @@ def endpoint_new(request):
                 endpoint = endpoint_services.endpoint_create(tenant=request.tenant, **form.validated_data)
             except endpoint_services.EndpointUrlRefused as exc:
                 errors = {"url": str(exc)}
+            except endpoint_services.EndpointAccessRefused as exc:
+                errors = {exc.field: str(exc)}
             except endpoint_services.EndpointQuotaExceeded as exc:
                 errors = {"url": str(exc)}
+            except FilterInvalid as exc:
+                errors = {"filter": _filter_error(exc)}
             else:
                 messages.success(request, "Endpoint created. Reveal its signing secret below.")
                 return redirect("portal:endpoint", endpoint.pk)
@@ -214,6 +252,9 @@ def _endpoint_page(request, endpoint: Endpoint, *, values=None, errors=None, sec
     recent = selectors.delivery_list(tenant=request.tenant, endpoint_id=endpoint.pk).select_related("event")[:20]
     return render(request, "portal/endpoint.html", {
         "endpoint": endpoint, "form": _form(endpoint, values), "errors": errors or {}, "secret": secret,
+        # a v1a endpoint's public key is no secret: shown at once (its private key never is)
+        "public_key": (selectors.endpoint_secret_shown(endpoint=endpoint).get("public_key")
+                       if endpoint.signature == Endpoint.V1A else None),
         "recent": recent, "recovery": selectors.recovery_latest(tenant=request.tenant, endpoint_id=endpoint.pk),
         "recover_since": (values or {}).get("since", ""),
         "access": selectors.endpoint_access(endpoint=endpoint), "access_errors": access_errors or {},
@@ -228,8 +269,11 @@ def endpoint_detail(request, endpoint_id: str):
     if request.method == "GET":
         return _endpoint_page(request, endpoint)
     values = _form_data(request.POST)
+    values.pop("kind", None)  # set once, at creation
     if "enabled" not in request.POST and request.POST.get("form") == "edit":
         values["enabled"] = False  # an unticked checkbox sends nothing
+    if endpoint.kind != Endpoint.HTTP and values.get("url") == endpoint.url:
+        del values["url"]  # a broker's URL as shown, without its credentials: unchanged (they are kept)
     form = io.EndpointUpdateInput(data=values, partial=True)
     if not form.is_valid():
         return _endpoint_page(request, endpoint, values=values, errors=_errors(form), status=400)
@@ -237,6 +281,10 @@ def endpoint_detail(request, endpoint_id: str):
         endpoint_services.endpoint_update(endpoint=endpoint, **form.validated_data)
     except endpoint_services.EndpointUrlRefused as exc:
         return _endpoint_page(request, endpoint, values=values, errors={"url": str(exc)}, status=400)
+    except endpoint_services.EndpointAccessRefused as exc:
+        return _endpoint_page(request, endpoint, values=values, errors={exc.field: str(exc)}, status=400)
+    except FilterInvalid as exc:
+        return _endpoint_page(request, endpoint, values=values, errors={"filter": _filter_error(exc)}, status=400)
     messages.success(request, "Endpoint saved.")
     return redirect("portal:endpoint", endpoint.pk)
 
@@ -299,7 +347,7 @@ def endpoint_access(request, endpoint_id: str):
 def endpoint_secret(request, endpoint_id: str):
     """The secret, shown on an explicit click (a POST: never in a link, a history entry or a cache)."""
     endpoint = _own(selectors.endpoint_get(tenant=request.tenant, endpoint_id=endpoint_id))
-    response = _endpoint_page(request, endpoint, secret=selectors.endpoint_secret(endpoint=endpoint))
+    response = _endpoint_page(request, endpoint, secret=selectors.endpoint_secret_shown(endpoint=endpoint).get("secret"))
     response["Cache-Control"] = "no-store"
     return response
 
