@@ -1,8 +1,11 @@
 """A minimal webhook receiver for Herald: verify the signature, de-duplicate, process, answer 200.
 
-Run it with the endpoint's secret (`GET /api/v1/endpoints/{id}/secret` returns it):
+Run it with the endpoint's secret (`GET /api/v1/endpoints/{id}/secret` returns it): a `whsec_…` secret,
+or for an endpoint with `"signature": "v1a"` its `whpk_…` ed25519 public key (such a receiver holds
+nothing that could sign):
 
     HERALD_WEBHOOK_SECRET=whsec_... python examples/receiver.py --port 8080
+    HERALD_WEBHOOK_SECRET=whpk_... python examples/receiver.py --port 8080
 
 then point an endpoint at it, e.g. `{"url": "http://127.0.0.1:8080/webhooks"}` (Herald refuses
 local addresses unless it runs with WEBHOOK_ALLOW_PRIVATE_NETWORKS=true, as `scripts/up` can).
@@ -10,7 +13,7 @@ It prints one line per processed event.
 
 What a real receiver should copy:
 - Verify against the raw body bytes, before parsing anything, with the Python client's
-  `WebhookVerifier` (or `herald_client.verify`; both wrap `standardwebhooks`); a bad or missing signature, or a timestamp more
+  `WebhookVerifier` (or `herald_client.verify`; `standardwebhooks` for v1, ed25519 for v1a); a bad or missing signature, or a timestamp more
   than 5 minutes off, is 400.
 - Delivery is at-least-once, so de-duplicate on `webhook-id` (the event id, the same on every
   retry). Here it is an in-memory set; a real receiver records the id with a unique constraint in
@@ -64,7 +67,14 @@ class _Handler(BaseHTTPRequestHandler):
     server: WebhookServer
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
+        # Read nothing before the length is known to be sane: digits only (no sign, spaces or `_`, which
+        # int() would take), one value, at most MAX_BODY_BYTES. A bad one answers and closes the connection,
+        # since where the next request would start is unknown.
+        lengths = self.headers.get_all("Content-Length") or ["0"]
+        if len(set(lengths)) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
+            self.close_connection = True
+            return self._answer(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
+        length = int(lengths[0])
         if length > MAX_BODY_BYTES:
             self.close_connection = True
             return self._answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": "body too large"})
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--secret", default=os.environ.get("HERALD_WEBHOOK_SECRET"),
-                        help="the endpoint's whsec_... secret (default: $HERALD_WEBHOOK_SECRET)")
+                        help="the endpoint's whsec_... secret or whpk_... public key (default: $HERALD_WEBHOOK_SECRET)")
     args = parser.parse_args(argv)
     if not args.secret:
         parser.error("--secret or $HERALD_WEBHOOK_SECRET is required")

@@ -11,20 +11,22 @@ pagination, acting for tenants with a platform credential, and `verify()` for re
 from herald_client._http import NO_RETRIES, Response, RetryInfo, RetryPolicy
 from herald_client._version import __version__
 from herald_client.client import OMIT, Herald, TenantScope
-from herald_client.errors import (ERRORS_BY_CODE, APIError, Conflict, Forbidden, HeraldConnectionError, HeraldError,
-                                  IdempotencyKeyInProgress, IdempotencyKeyInvalid, IdempotencyKeyMissing,
-                                  IdempotencyKeyReused, MethodNotAllowed, NotAuthenticated, NotFound,
-                                  PayloadTooLarge, PermissionDenied, RequestHeaderFieldsTooLarge, RequestTimeout,
-                                  ServerError, TenantRequired, Throttled, UnsupportedMediaType, ValidationError,
+from herald_client.errors import (ERRORS_BY_CODE, APIError, Conflict, DatabaseUnavailable, Forbidden,
+                                  HeraldConnectionError, HeraldError, IdempotencyKeyInProgress, IdempotencyKeyInvalid, IdempotencyKeyMissing,
+                                  IdempotencyKeyReused, MalformedRequest, MethodNotAllowed, NotAuthenticated,
+                                  NotFound, PayloadTooLarge, PermissionDenied, RecoveryInProgress,
+                                  RequestHeaderFieldsTooLarge, RequestTimeout, ServerError, TenantRequired, Throttled,
+                                  TooManyWaits, UnsupportedMediaType, UriTooLong, ValidationError,
                                   WebhookVerificationError)
 from herald_client.pagination import ListIterator, Page
 from herald_client.webhooks import WebhookVerifier, verify
 
 __all__ = [
-    "APIError", "Conflict", "ERRORS_BY_CODE", "Forbidden", "Herald", "HeraldConnectionError", "HeraldError",
+    "APIError", "Conflict", "DatabaseUnavailable", "ERRORS_BY_CODE", "Forbidden", "Herald", "HeraldConnectionError", "HeraldError",
     "IdempotencyKeyInProgress", "IdempotencyKeyInvalid", "IdempotencyKeyMissing", "IdempotencyKeyReused",
-    "ListIterator", "MethodNotAllowed", "NO_RETRIES", "NotAuthenticated", "NotFound", "OMIT", "Page",
-    "PayloadTooLarge", "PermissionDenied", "RequestHeaderFieldsTooLarge", "RequestTimeout", "Response",
-    "RetryInfo", "RetryPolicy", "ServerError", "TenantRequired", "TenantScope", "Throttled", "UnsupportedMediaType",
+    "ListIterator", "MalformedRequest", "MethodNotAllowed", "NO_RETRIES", "NotAuthenticated", "NotFound", "OMIT",
+    "Page", "PayloadTooLarge", "PermissionDenied", "RecoveryInProgress", "RequestHeaderFieldsTooLarge",
+    "RequestTimeout", "Response",
+    "RetryInfo", "RetryPolicy", "ServerError", "TenantRequired", "TenantScope", "Throttled", "TooManyWaits", "UnsupportedMediaType", "UriTooLong",
     "ValidationError", "WebhookVerificationError", "WebhookVerifier", "__version__", "verify",
 ]

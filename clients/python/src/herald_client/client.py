@@ -26,7 +26,7 @@ from herald_client._http import Response, RetryInfo, RetryPolicy, Timeout, Trans
 from herald_client.pagination import ListIterator
 from herald_client.types import (Credential, Delivery, DeliveryDetail, DeliveryStatus, Endpoint, EndpointKind, Event,
                                  EventType,
-                                 MessagePage, Ordering, PortalLink, Recovery, Tenant)
+                                 MessagePage, Ordering, PortalLink, Recovery, Signature, Tenant)
 
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)  # seconds to connect, seconds to wait for the answer
 
@@ -90,14 +90,22 @@ class Endpoints(_Resource):
                kind: EndpointKind | None = None,
                headers: Mapping[str, str] | None = None, auth: Mapping[str, Any] | None = None,
                client_certificate: Mapping[str, str] | None = None,
+               signature: Signature | None = None, filter: Mapping[str, Any] | None = None,  # noqa: A002
+               exchange: str | None = None, routing_key: str | None = None, stream: str | None = None,
+               maxlen: int | None = None, subject: str | None = None,
                idempotency_key: str | None = None) -> Endpoint:
         """`POST endpoints`: a new endpoint (its signing secret: `secret(id)`). Fields left None take
         Herald's defaults: every event type, no channels, the deployment's in-flight cap, no throttle,
         unordered, no extra headers, auth or client certificate (`headers`: {name: value};
         `auth`: {"type": "basic"|"bearer"|"oauth2_client_credentials", …}; `client_certificate`:
         {"certificate", "private_key"} in PEM; see docs/api.md). `kind="poll"` (and no `url`) makes a
-        polling endpoint: read it with `messages` (it takes no headers, auth or client certificate)."""
+        polling endpoint: read it with `messages` (it takes no headers, auth or client certificate).
+        `signature="v1a"` signs with ed25519 (`secret(id)` is then the `whpk_` public key); `filter` is a
+        payload filter (docs/api.md). `kind="amqp"` (with `exchange`, `routing_key`), `"redis_stream"` (`stream`,
+        `maxlen`) or `"nats"` (`subject`), with the broker's `url` and its credentials in it: a message broker."""
         body = {name: value for name, value in {
+            "exchange": exchange, "routing_key": routing_key, "stream": stream, "maxlen": maxlen, "subject": subject,
+            "signature": signature, "filter": dict(filter) if filter is not None else None,
             "kind": kind, "url": url, "event_types": event_types, "channels": channels, "description": description,
             "max_in_flight": max_in_flight, "throttle_rate": throttle_rate, "ordering": ordering,
             "headers": dict(headers) if headers is not None else None,
@@ -117,8 +125,10 @@ class Endpoints(_Resource):
         return result
 
     def secret(self, endpoint_id: str) -> str:
-        """`GET endpoints/{id}/secret`: the current signing secret (`whsec_…`) to verify its webhooks with."""
-        return str(self._call("GET", f"endpoints/{_segment(endpoint_id)}/secret")["secret"])
+        """`GET endpoints/{id}/secret`: what to verify its webhooks with: the current signing secret
+        (`whsec_…`), or for a v1a endpoint its public key (`whpk_…`)."""
+        shown = self._call("GET", f"endpoints/{_segment(endpoint_id)}/secret")
+        return str(shown["secret"] if "secret" in shown else shown["public_key"])
 
     def update(self, endpoint_id: str, *, url: str | _Omit = OMIT, event_types: Names | _Omit = OMIT,
                channels: Names | _Omit = OMIT, description: str | _Omit = OMIT,
@@ -126,8 +136,11 @@ class Endpoints(_Resource):
                throttle_rate: int | None | _Omit = OMIT, ordering: Ordering | _Omit = OMIT,
                headers: Mapping[str, str] | None | _Omit = OMIT, auth: Mapping[str, Any] | None | _Omit = OMIT,
                client_certificate: Mapping[str, str] | None | _Omit = OMIT,
+               signature: Signature | _Omit = OMIT, filter: Mapping[str, Any] | None | _Omit = OMIT,  # noqa: A002
+               exchange: str | _Omit = OMIT, routing_key: str | _Omit = OMIT, stream: str | _Omit = OMIT,
+               maxlen: int | None | _Omit = OMIT, subject: str | _Omit = OMIT,
                idempotency_key: str | None = None) -> Endpoint:
-        """`PATCH endpoints/{id}`: change the fields given; the others stay. `max_in_flight=None` goes
+        """`PATCH endpoints/{id}`: change the fields given; the others stay (a broker's fields among them). `max_in_flight=None` goes
         back to the deployment's default, `throttle_rate=None` removes the throttle; `headers`, `auth` and
         `client_certificate` replace the whole current value (None removes it)."""
         body = _fields(url=url, event_types=event_types, channels=channels, description=description,
@@ -135,7 +148,9 @@ class Endpoints(_Resource):
                        headers=headers if headers is None or headers is OMIT else dict(headers),
                        auth=auth if auth is None or auth is OMIT else dict(auth),
                        client_certificate=client_certificate if client_certificate is None or client_certificate is OMIT
-                       else dict(client_certificate))
+                       else dict(client_certificate), signature=signature,
+                       filter=filter if filter is None or filter is OMIT else dict(filter), exchange=exchange,
+                       routing_key=routing_key, stream=stream, maxlen=maxlen, subject=subject)
         result: Endpoint = self._call("PATCH", f"endpoints/{_segment(endpoint_id)}", body=body,
                                       idempotency_key=idempotency_key)
         return result
@@ -204,6 +219,20 @@ class Events(_Resource):
         result: Event = self._call("POST", "events", body=body, idempotency_key=idempotency_key)
         return result
 
+    def send_batch(self, events: list[Mapping[str, Any]], *, idempotency_key: str | None = None) -> list[Event]:
+        """`POST events/batch`: record 1 to 500 events (`{"type", "data", "channels"?}` each) in one request
+        under one `Idempotency-Key`, all or nothing; the events as `create` returns them, in the order sent.
+
+        One invalid event refuses the whole batch with `ValidationError`, whose `errors` are keyed by JSON
+        pointer (`/events/3/data/amount`); nothing is stored. A retry with the same key and the same events
+        is a replay.
+        """
+        body = {"events": [{name: value for name, value in event.items() if name != "channels" or value}
+                           for event in events]}
+        result: dict[str, list[Event]] = self._call("POST", "events/batch", body=body,
+                                                     idempotency_key=idempotency_key)
+        return result["data"]
+
     def list(self, *, type: str | None = None, created_after: Instant | None = None,  # noqa: A002
              created_before: Instant | None = None, limit: int | None = None,
              cursor: str | None = None) -> ListIterator[Event]:
@@ -244,9 +273,11 @@ class Deliveries(_Resource):
 class PortalLinks(_Resource):
     """One-time links to the tenant's portal."""
 
-    def create(self, *, idempotency_key: str | None = None) -> PortalLink:
-        """`POST portal-links`: a link the tenant's people open once, before `expires_at`."""
-        result: PortalLink = self._call("POST", "portal-links", idempotency_key=idempotency_key)
+    def create(self, *, theme: Mapping[str, str] | None = None, idempotency_key: str | None = None) -> PortalLink:
+        """`POST portal-links`: a link the tenant's people open once, before `expires_at`; `theme`
+        ({name?, logo_url?, accent?}) is shown on that session's pages."""
+        body = {"theme": dict(theme)} if theme is not None else None
+        result: PortalLink = self._call("POST", "portal-links", body=body, idempotency_key=idempotency_key)
         return result
 
 
@@ -268,11 +299,14 @@ class Tenants(_Resource):
     """The platform's customers (a platform credential only; a tenant credential gets `Forbidden`)."""
 
     def create(self, name: str, *, uid: str | None = None, max_endpoints: int | None = None,
-               metadata: dict[str, Any] | None = None, idempotency_key: str | None = None) -> Tenant:
+               metadata: dict[str, Any] | None = None, delivery_weight: int | None = None,
+               idempotency_key: str | None = None) -> Tenant:
         """`POST tenants`. `uid` is your own id for the customer (unique: a taken one is `Conflict`);
-        `metadata` a JSON object of at most 4 KiB."""
+        `metadata` a JSON object of at most 4 KiB; `delivery_weight` (1-100, default 1) its share of the
+        delivery workers while others have deliveries waiting too."""
         body = {name_: value for name_, value in {"name": name, "uid": uid, "max_endpoints": max_endpoints,
-                                                   "metadata": metadata}.items() if value is not None}
+                                                   "metadata": metadata, "delivery_weight": delivery_weight}.items()
+                if value is not None}
         result: Tenant = self._call("POST", "tenants", body=body, idempotency_key=idempotency_key)
         return result
 
@@ -287,10 +321,12 @@ class Tenants(_Resource):
         return result
 
     def update(self, tenant: str, *, name: str | _Omit = OMIT, metadata: dict[str, Any] | _Omit = OMIT,
-               max_endpoints: int | None | _Omit = OMIT, idempotency_key: str | None = None) -> Tenant:
+               max_endpoints: int | None | _Omit = OMIT, delivery_weight: int | _Omit = OMIT,
+               idempotency_key: str | None = None) -> Tenant:
         """`PATCH tenants/{tenant}`: change the fields given (`max_endpoints=None`: the deployment's default)."""
         result: Tenant = self._call("PATCH", f"tenants/{_segment(tenant)}", idempotency_key=idempotency_key,
-                                    body=_fields(name=name, metadata=metadata, max_endpoints=max_endpoints))
+                                    body=_fields(name=name, metadata=metadata, max_endpoints=max_endpoints,
+                                                 delivery_weight=delivery_weight))
         return result
 
     def delete(self, tenant: str) -> None:
@@ -359,10 +395,11 @@ class TenantScope(_TenantCalls):
         return self._tenants.get(self.tenant)
 
     def update(self, *, name: str | _Omit = OMIT, metadata: dict[str, Any] | _Omit = OMIT,
-               max_endpoints: int | None | _Omit = OMIT, idempotency_key: str | None = None) -> Tenant:
+               max_endpoints: int | None | _Omit = OMIT, delivery_weight: int | _Omit = OMIT,
+               idempotency_key: str | None = None) -> Tenant:
         """Change this tenant (`tenants.update`)."""
         return self._tenants.update(self.tenant, name=name, metadata=metadata, max_endpoints=max_endpoints,
-                                    idempotency_key=idempotency_key)
+                                    delivery_weight=delivery_weight, idempotency_key=idempotency_key)
 
     def delete(self) -> None:
         """Delete this tenant and erase everything it owns (`tenants.delete`)."""

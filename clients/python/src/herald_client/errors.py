@@ -110,6 +110,13 @@ class IdempotencyKeyInvalid(APIError):
     default_status = 400
 
 
+class MalformedRequest(APIError):
+    """400 `malformed_request`: the HTTP request itself was not valid HTTP/1.1 (its framing), refused by
+    Herald's server before any view ran, the connection then closed."""
+    code = "malformed_request"
+    default_status = 400
+
+
 class TenantRequired(APIError):
     """400 `tenant_required`: a platform credential called a tenant's path without `/tenants/{tenant}`;
     use `herald.tenant(...)`."""
@@ -159,6 +166,13 @@ class Conflict(APIError):
     default_status = 409
 
 
+class RecoveryInProgress(Conflict):
+    """409 `recovery_in_progress`: a recovery of this endpoint is running; recover again once it completed
+    (`recoveries.get(id)`; the `detail` names it). A `Conflict`, so code catching that catches this too."""
+    code = "recovery_in_progress"
+    default_status = 409
+
+
 class IdempotencyKeyReused(APIError):
     """409 (or 422) `idempotency_key_reused`: the key was used before with a different request. Use a
     new key for a new operation; never reuse one across different bodies."""
@@ -192,6 +206,13 @@ class Throttled(APIError):
     default_status = 429
 
 
+class UriTooLong(APIError):
+    """414 `uri_too_long`: the request line (its path and query) is over 4,094 bytes, refused by Herald's server
+    before any view ran, the connection then closed."""
+    code = "uri_too_long"
+    default_status = 414
+
+
 class RequestHeaderFieldsTooLarge(APIError):
     """431 `request_header_fields_too_large`."""
     code = "request_header_fields_too_large"
@@ -205,16 +226,31 @@ class ServerError(APIError):
     default_status = 500
 
 
+
+class DatabaseUnavailable(ServerError):
+    """503 `database_unavailable`: Herald's database cannot serve right now (nothing was done). A `ServerError`:
+    the client retries it after `Retry-After`; you see this only when the attempts ran out."""
+    code = "database_unavailable"
+    default_status = 503
+
+
+class TooManyWaits(Throttled):
+    """429 `too_many_waits`: the credential or the poll endpoint already has as many long-polls waiting as it
+    may. A `Throttled`: the client retries it after `Retry-After`."""
+    code = "too_many_waits"
+    default_status = 429
+
 ERRORS_BY_CODE: dict[str, type[APIError]] = {cls.code: cls for cls in (
-    ValidationError, IdempotencyKeyMissing, IdempotencyKeyInvalid, TenantRequired, NotAuthenticated, Forbidden,
-    PermissionDenied, NotFound, MethodNotAllowed, RequestTimeout, Conflict, IdempotencyKeyReused,
+    ValidationError, IdempotencyKeyMissing, IdempotencyKeyInvalid, MalformedRequest, TenantRequired,
+    NotAuthenticated, Forbidden, PermissionDenied, NotFound, MethodNotAllowed, RequestTimeout, Conflict,
+    RecoveryInProgress, IdempotencyKeyReused,
     IdempotencyKeyInProgress, PayloadTooLarge, UnsupportedMediaType, Throttled, RequestHeaderFieldsTooLarge,
-    ServerError) if cls.code}
+    UriTooLong, ServerError, DatabaseUnavailable, TooManyWaits) if cls.code}
 
 # An answer without a known code (not problem+json: a proxy's page) still gets the class of its status.
 _ERRORS_BY_STATUS: dict[int, type[APIError]] = {401: NotAuthenticated, 403: Forbidden, 404: NotFound,
                                                 405: MethodNotAllowed, 408: RequestTimeout, 413: PayloadTooLarge,
-                                                415: UnsupportedMediaType, 429: Throttled,
+                                                414: UriTooLong, 415: UnsupportedMediaType, 429: Throttled,
                                                 431: RequestHeaderFieldsTooLarge}
 
 

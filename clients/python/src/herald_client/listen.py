@@ -11,10 +11,19 @@ server answered, whatever the status (the line shows it; `POST /deliveries/{id}/
 When the local server cannot be reached (refused, reset, no answer within the timeout) the message is
 not acknowledged: `listen` tries it again, 1, 2, 4… up to 10 s apart, and the ones after it wait, so
 they reach the local server in event order.
+
+What the server sends is not trusted further than it has to be: only the Standard Webhooks headers
+(`webhook-id`, `webhook-timestamp`, `webhook-signature`) and `content-type` are forwarded, never a
+`Host`, `Authorization`, `Cookie` or framing header; control characters (terminal escape sequences) are
+taken out of every line printed; a message that cannot be forwarded (a header value with a line break,
+no headers at all, or a failure other than an unreachable server after MAX_TRIES tries) is reported and
+skipped, so it does not hold up the ones after it (`POST /deliveries/{id}/retry` sends it again); a
+redirect is shown as the local server's error answer, never followed.
 """
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -31,6 +40,25 @@ from herald_client.types import Message
 WAIT_SECONDS = 30.0
 FORWARD_TIMEOUT = (5.0, 30.0)
 MAX_BACKOFF = 10.0
+MAX_TRIES = 3  # for a failure other than an unreachable local server
+# What a POST from Herald carries that the local handler needs: the signature's headers and the body's type.
+FORWARDED_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature", "content-type")
+# C0 and C1 controls, DEL, and the bidirectional overrides: a terminal acts on them (colours, titles,
+# hyperlinks, cursor moves, text shown reversed).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` without control characters, for a terminal."""
+    return _CONTROL.sub("", text)
+
+
+class _NoRedirects(requests.Session):
+    """A session that never works out where a redirect leads: with `allow_redirects=False` requests still
+    parses `Location`, and raises on one it cannot parse."""
+
+    def get_redirect_target(self, resp: requests.Response) -> None:
+        return None
 
 
 @dataclass
@@ -53,12 +81,12 @@ class Listener:
         self.herald = Herald(options.api, options.token, retry=RetryPolicy(max_attempts=4))
         scope = self.herald.tenant(options.tenant) if options.tenant else self.herald
         self.endpoints: Endpoints = scope.endpoints   # `--tenant`: /api/v1/tenants/{tenant}/… (a path prefix)
-        self.forwarder = requests.Session()
+        self.forwarder = _NoRedirects()
         self.created: str | None = None
         self.cursor: str | None = None   # the last page forwarded whole, acknowledged by the next read
 
     def say(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        print(printable(line), file=self.out, flush=True)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
@@ -109,27 +137,49 @@ class Listener:
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
     def _forward(self, message: Message) -> None:
-        body = message["body"].encode("utf-8")
+        delivery_id = str(message.get("delivery_id", "?"))
+        received = message.get("headers")
+        headers = ({name.lower(): value for name, value in received.items()
+                    if isinstance(name, str) and name.lower() in FORWARDED_HEADERS}
+                   if isinstance(received, dict) else {})
+        event_id = str(headers.get("webhook-id", delivery_id))
+        body_text = message.get("body")
+        body = body_text.encode("utf-8") if isinstance(body_text, str) else b""
         try:
-            event_type = json.loads(body).get("type", "?")
-        except ValueError:
+            event_type = str(json.loads(body).get("type", "?"))
+        except (ValueError, AttributeError):
             event_type = "?"
-        event_id = message["headers"].get("webhook-id", message["delivery_id"])
-        backoff = 1.0
+        unfit = ("its headers are missing" if not isinstance(received, dict) or not isinstance(body_text, str)
+                 else next((f"its {name} header is not one line of text" for name, value in headers.items()
+                            if not isinstance(value, str) or _CONTROL.search(value)), None))
+        if unfit:
+            return self._skip(event_id, event_type, delivery_id, unfit)
+        backoff, tries = 1.0, 0
         while True:
             started = time.monotonic()
+            tries += 1
             try:
-                answer = self.forwarder.post(self.options.forward_to, data=body, headers=message["headers"],
+                answer = self.forwarder.post(self.options.forward_to, data=body, headers=headers,
                                              timeout=FORWARD_TIMEOUT, allow_redirects=False)
-            except requests.RequestException as exc:
+            except (requests.ConnectionError, requests.Timeout) as exc:
                 self.say(f"→ no answer ({type(exc).__name__})  {event_id} {event_type}: kept, "
                          f"trying again in {backoff:g} s")
-                time.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
-                continue
-            elapsed_ms = (time.monotonic() - started) * 1000
-            self.say(f"→ {answer.status_code} in {elapsed_ms:.0f} ms  {event_id} {event_type}")
-            return
+            except Exception as exc:  # noqa: BLE001 - whatever it is, one message must not stop the others
+                if tries >= MAX_TRIES:
+                    return self._skip(event_id, event_type, delivery_id, f"{type(exc).__name__}: {exc}")
+                self.say(f"→ not sent ({type(exc).__name__}: {exc})  {event_id} {event_type}: "
+                         f"trying again in {backoff:g} s")
+            else:
+                elapsed_ms = (time.monotonic() - started) * 1000
+                note = "  (a redirect: not followed)" if answer.is_redirect or 300 <= answer.status_code < 400 else ""
+                self.say(f"→ {answer.status_code} in {elapsed_ms:.0f} ms  {event_id} {event_type}{note}")
+                return
+            time.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _skip(self, event_id: str, event_type: str, delivery_id: str, why: str) -> None:
+        self.say(f"→ skipped  {event_id} {event_type}: cannot be forwarded ({why}); "
+                 f"POST /deliveries/{delivery_id}/retry sends it again")
 
     def _close(self) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the clean-up short

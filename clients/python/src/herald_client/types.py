@@ -9,7 +9,8 @@ from typing import Any, Literal, TypedDict
 
 DeliveryStatus = Literal["pending", "succeeded", "failed", "cancelled"]
 Ordering = Literal["unordered", "fifo"]
-EndpointKind = Literal["http", "poll"]
+Signature = Literal["v1", "v1a"]
+EndpointKind = Literal["http", "poll", "amqp", "redis_stream", "nats"]
 
 
 class EndpointHealth(TypedDict):
@@ -34,7 +35,17 @@ class EndpointCertificate(TypedDict):
     expires_at: str
 
 
-class Endpoint(TypedDict):
+class BrokerFields(TypedDict, total=False):
+    """A message broker endpoint's fields (kinds amqp, redis_stream, nats), shown beside its `url` (which
+    never carries its credentials)."""
+    exchange: str
+    routing_key: str
+    stream: str
+    maxlen: int | None
+    subject: str
+
+
+class Endpoint(BrokerFields):
     """An endpoint; never its signing secret (`endpoints.secret(id)` reads that), header values or auth
     secrets. A poll endpoint has no `url`: its consumer reads its messages (`endpoints.messages`)."""
     id: str
@@ -48,6 +59,8 @@ class Endpoint(TypedDict):
     max_in_flight: int
     throttle_rate: int | None
     ordering: Ordering
+    signature: Signature
+    filter: dict[str, Any] | None
     header_names: list[str]
     auth: EndpointAuth | None
     client_certificate: EndpointCertificate | None
@@ -135,6 +148,7 @@ class Tenant(TypedDict):
     uid: str | None
     name: str
     max_endpoints: int | None
+    delivery_weight: int
     metadata: dict[str, Any]
     created_at: str
 
