@@ -11,6 +11,7 @@ from django.conf import settings
 from django.test import Client
 
 from intake.credentials import credential_cache_clear, credential_create
+from tests import fuzzing  # noqa: F401 - picks the run's fuzz seed in the controller, before xdist's workers start
 from webhooks.delivery.publishing import publisher
 from webhooks.delivery.relay import deliveries_relay
 
@@ -19,7 +20,50 @@ from webhooks.delivery.relay import deliveries_relay
 _RUN_DIR = Path(__file__).resolve().parent / "artifacts" / "run"
 
 
+def _flush_retried_on_deadlock():
+    """A transactional test's teardown empties the database with one TRUNCATE of every table, while a
+    module's worker or beat (left running across its tests) may still be recording an attempt: the two take
+    their table locks in different orders and PostgreSQL breaks the deadlock by aborting one of them. When it
+    aborts the TRUNCATE, Django's flush fails, the next test starts on the last one's rows (CI once saw a
+    redirect test read the previous test's retried delivery). The worker's transaction goes on once the
+    TRUNCATE is gone, so the flush is tried again; any other failure is raised as before."""
+    import time
+
+    from django.core.management.base import CommandError
+    from django.test import TransactionTestCase
+
+    teardown = TransactionTestCase._fixture_teardown
+
+    def deadlocked(error: BaseException) -> bool:
+        while error is not None:
+            if getattr(getattr(error, "diag", None), "sqlstate", None) == "40P01":
+                return True
+            error = error.__cause__
+        return False
+
+    def _fixture_teardown(self):
+        for attempt in range(5):
+            try:
+                return teardown(self)
+            except CommandError as error:
+                if attempt == 4 or not deadlocked(error):
+                    raise
+                time.sleep(0.2 * (attempt + 1))  # a pause before trying again, not a wait for a result
+
+    TransactionTestCase._fixture_teardown = _fixture_teardown
+
+
+_flush_retried_on_deadlock()
+
+
+def pytest_report_header(config):
+    from tests.fuzzing import ENV, SEED
+
+    return f"fuzz seed: {SEED} (replay a fuzzer's failure with {ENV}={SEED} scripts/test …)"
+
+
 def pytest_sessionstart(session):
+    session.config.herald_etc_hosts = Path("/etc/hosts").read_bytes()
     if not hasattr(session.config, "workerinput"):  # once, in the controller of an xdist run
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
@@ -41,7 +85,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """No Herald process may ever write a signing secret to its log: the session fails if one did.
+    """No Herald process may ever write a signing secret to its log, and no test the machine's /etc/hosts:
+    the session fails if one did.
     On RabbitMQ, the run's queues (durable) are deleted."""
     if _on_rabbitmq():
         from config.celery import app
@@ -52,6 +97,11 @@ def pytest_sessionfinish(session, exitstatus):
                     conn.default_channel.queue_delete(queue)
                 except Exception:  # noqa: BLE001 - never declared in this run
                     pass
+    if Path("/etc/hosts").read_bytes() != session.config.herald_etc_hosts:
+        # the machine's resolver file is every process's: a test that needs a name gives it a namespace or a
+        # lookup of its own (tests/processes.py hosts_launcher, test_proxy_egress's _hosts_entry)
+        session.config.get_terminal_writer().line("a test changed the machine's /etc/hosts", red=True)
+        session.exitstatus = 1
     leaked = sorted(str(path.relative_to(_RUN_DIR)) for path in _RUN_DIR.rglob("*.log")
                     if b"whsec_" in path.read_bytes())
     if leaked:
@@ -66,9 +116,9 @@ def _fresh_credential_cache():
 
 @pytest.fixture
 def fresh_tokens():
-    """This process's OAuth2 token cache (webhooks/access.py) empty before and after the test, so that a token
+    """This process's OAuth2 token cache (webhooks/delivery/destinations/access.py) empty before and after the test, so that a token
     one test fetched is never another's (the endpoint access and proxy tests use it on every test)."""
-    from webhooks import access
+    from webhooks.delivery.destinations import access
 
     access.tokens.clear()
     yield
@@ -234,12 +284,27 @@ def processes():
     yield start
     for process in reversed(started):
         process.stop()
+    if any(process.name == "beat" for process in started):
+        _purge(settings.HERALD_PERIODIC_QUEUE)
+
+
+def _purge(queue: str) -> None:
+    """Drop what waits in one of this session's queues (on Redis or RabbitMQ). A beat that ran without a
+    worker leaves its dispatcher's ticks there; the next test's worker would find them expired and log
+    `Discarding revoked task` for each (a test of quiet logs failed on that)."""
+    from celery import current_app
+
+    with current_app.connection_for_write() as connection:
+        try:
+            connection.default_channel.queue_purge(queue)
+        except connection.channel_errors:   # RabbitMQ: no such queue (nothing was ever sent to it)
+            pass
 
 
 @pytest.fixture
 def engine():
-    """A worker's delivery engine (webhooks/engine.py) running in this process; empty when the test ends."""
-    from webhooks.engine import Engine
+    """A worker's delivery engine (webhooks/delivery/engine.py) running in this process; empty when the test ends."""
+    from webhooks.delivery.engine import Engine
 
     class _Engine(Engine):
         def run(self, delivery_ids, timeout: float = 10.0) -> bool:
@@ -250,19 +315,36 @@ def engine():
 
     instance = _Engine(concurrency=50)
     yield instance
-    assert instance.drain(15), "the engine still held deliveries at the end of the test"
+    drained = instance.drain(15)
+    instance.stop()  # before the database is emptied: a throttled endpoint's wake-up would query it
+    assert drained, "the engine still held deliveries at the end of the test"
 
 
-def create_endpoint(api, url: str, **extra) -> dict:
+def create_endpoint(api, url: str | None = None, /, **extra) -> dict:
     """POST /api/v1/endpoints through `api`; the created endpoint (fails the test on anything but 201),
-    with its signing secret added under "secret" from GET …/secret (the body never carries it)."""
-    response = api.post("endpoints", {"url": url, **extra})
+    with its signing secret added under "secret" from GET …/secret (the body never carries it; for a v1a
+    endpoint, its public key). With `url` None the fields are all in `extra` (a sink's, tests/sinks.py)."""
+    response = api.post("endpoints", extra if url is None else {"url": url, **extra})
     assert response.status_code == 201, response.content
     endpoint = response.json()
     assert "secret" not in endpoint
     secret = api.get(f"endpoints/{endpoint['id']}/secret")
     assert secret.status_code == 200, secret.content
-    return {**endpoint, "secret": secret.json()["secret"]}
+    shown = secret.json()  # {secret} (v1), or {public_key} (v1a): what a receiver verifies with
+    return {**endpoint, "secret": shown.get("secret") or shown["public_key"]}
+
+
+def attempts_max_overlap(attempts) -> int:
+    """Most of these attempts (a DeliveryAttempt queryset) in flight at one moment, from Herald's own records."""
+    edges = []
+    for started_at, duration_ms in attempts.values_list("started_at", "duration_ms"):
+        start = started_at.timestamp()
+        edges += [(start, 1), (start + duration_ms / 1000, -1)]
+    current = peak = 0
+    for _, step in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        current += step
+        peak = max(peak, current)
+    return peak
 
 
 def all_succeeded(delivery_ids) -> bool:
@@ -278,6 +360,17 @@ def receiver():
     server = Receiver()
     yield server
     server.close()
+
+
+@pytest.fixture(params=["http", "amqp", "redis_stream", "nats"])
+def sink(request):
+    """Where a scenario's deliveries arrive, once per destination kind (tests/sinks.py): a real receiver, or
+    RabbitMQ, Redis or NATS JetStream on this machine behind a proxy per endpoint. The worker's broker
+    connections (this process's engine's) are closed with it."""
+    from tests.sinks import opened
+
+    with opened(request.param) as made:
+        yield made
 
 
 def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, message: str = "condition"):

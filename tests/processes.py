@@ -35,10 +35,11 @@ class Process(processes.Process):
         super().__init__(name, argv, env, log_path, ready=ready, timeout=timeout)
 
 
-def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None, **env) -> Process:
+def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | None = None,
+                  launcher: tuple[str, ...] = (), **env) -> Process:
     """`celery -A config worker` as the README runs it, unless the test asks for another `concurrency`
     (attempts in flight: WEBHOOK_WORKER_CONCURRENCY, and as many threads up to the configured pool's; None: the
-    configured ones) or `pool`."""
+    configured ones) or `pool`. `launcher` runs before it (e.g. `unshare …`), ending with its command line."""
     # under pytest-xdist the node name carries the test process's id: on RabbitMQ a node's control queue
     # (`<name>@<host>.celery.pidbox`) is exclusive, and both test processes start a worker "left" at times
     node = f"{name}.{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else name
@@ -49,7 +50,7 @@ def celery_worker(name: str = "w1", concurrency: int | None = 1, pool: str | Non
         threads = min(concurrency, settings.CELERY_WORKER_CONCURRENCY)
         argv += ["--concurrency", str(threads if pool in (None, "threads") else concurrency)]
         env.setdefault("WEBHOOK_WORKER_CONCURRENCY", concurrency)
-    return Process(f"worker-{name}", argv, subprocess_env(**env), ready="ready.")
+    return Process(f"worker-{name}", [*launcher, *argv], subprocess_env(**env), ready="ready.")
 
 
 def celery_beat(loglevel: str = "INFO", **env) -> Process:
@@ -77,6 +78,19 @@ def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: 
     return process
 
 
+def hosts_launcher(*lines: str) -> tuple[str, ...]:
+    """A launcher (for `gunicorn` and `celery_worker`) that runs the process in a mount namespace of its own
+    (`unshare --mount`, root) whose /etc/hosts is the machine's plus `lines`: what the system resolver (and
+    libcurl's) answers there. The machine's /etc/hosts is never written."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        raise RuntimeError("a private /etc/hosts needs `unshare --mount` as root (tests run as root here and in CI)")
+    hosts = run_dir("hosts") / "hosts"
+    hosts.write_text(Path("/etc/hosts").read_text().rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+    hosts.chmod(0o644)
+    hosts.parent.chmod(0o755)
+    return ("unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts))
+
+
 def warm(server: Process, timeout: float = 30) -> Process:
     """Wait until the API answers at once several times running: gunicorn logs "Booting worker" before each
     worker loads Django (about a second), and a test timing its first requests would time that instead."""
@@ -88,19 +102,34 @@ def warm(server: Process, timeout: float = 30) -> Process:
         try:
             requests.get(f"{server.url}/healthz", timeout=5, headers={"Connection": "close"})
             quick = quick + 1 if time.monotonic() - started < 0.2 else 0
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):   # a worker still loading the app holds the first one
             time.sleep(0.1)
     return server
 
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "herald.conf.template"
+NGINX_ADMIN_NETWORKS_SCRIPT = ROOT / "deploy" / "nginx" / "herald-admin-networks.sh"
 
 
 def render_nginx_template(**values: str) -> str:
     """Compose's proxy configuration as the nginx image renders it (envsubst with NGINX_ENVSUBST_FILTER):
     only the named variables are replaced, nginx's own $variables stay."""
     return string.Template(NGINX_TEMPLATE.read_text()).safe_substitute(values)
+
+
+def nginx_site(workdir: Path, *, web: str, port: int, admin_networks: str = "", public_url: str = "",
+               resolver: str = "127.0.0.1") -> Path:
+    """What the nginx image does when compose starts `proxy`: run deploy/nginx/herald-admin-networks.sh (as
+    /docker-entrypoint.d/ does) with HERALD_ADMIN_NETWORKS, then render the template; the site's path."""
+    networks = workdir / "herald-admin-networks.conf"
+    subprocess.run(["sh", str(NGINX_ADMIN_NETWORKS_SCRIPT)], check=True, capture_output=True, timeout=30,
+                   env={"PATH": os.environ["PATH"], "HERALD_ADMIN_NETWORKS": admin_networks,
+                        "HERALD_ADMIN_NETWORKS_FILE": str(networks)})
+    site = workdir / "herald.conf"
+    site.write_text(render_nginx_template(HERALD_WEB=web, DNS_RESOLVER=resolver, PROXY_PORT=str(port),
+                                          HERALD_PUBLIC_URL=public_url, HERALD_ADMIN_NETWORKS_FILE=str(networks)))
+    return site
 
 
 def nginx(http: str, workdir: Path) -> Process:

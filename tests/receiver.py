@@ -29,6 +29,20 @@ class Answer:
     delay: float = 0.0
 
 
+def wait_for_count(changed: threading.Condition, got, count: int, timeout: float, what: str) -> list:
+    """Wait on `changed` until `got()` (called under it) holds `count` items; fail the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    with changed:
+        while True:
+            found = got()
+            if len(found) >= count:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"expected {count} {what}, got {len(found)}")
+            changed.wait(remaining)
+
+
 class Receiver:
     """Records every request; answers from a per-path script, then with `default_answer` (200)."""
 
@@ -43,6 +57,8 @@ class Receiver:
         self.path_max_in_flight: dict[str, int] = defaultdict(int)  # by path (one endpoint each)
         self.closing = threading.Event()
         self.default_answer = Answer()  # when a path's script is empty: a test may set it (e.g. 500: "down")
+        self.path_default: dict[str, Answer] = {}  # the same for one path (tests/sinks.py's down and hang)
+        self.on_request = None  # called with each Received as it arrives (tests/sinks.py)
         receiver = self
 
         class Handler(QuietHandler):
@@ -55,14 +71,18 @@ class Receiver:
                 msg_id = headers.get("webhook-id", "")
                 with receiver._changed:
                     script = receiver._script[self.path]
-                    answer = script.popleft() if script else receiver.default_answer
-                    receiver.received.append(Received(self.path, headers, body, time.monotonic(), answer.status))
+                    answer = script.popleft() if script else receiver.path_default.get(self.path,
+                                                                                       receiver.default_answer)
+                    received = Received(self.path, headers, body, time.monotonic(), answer.status)
+                    receiver.received.append(received)
                     receiver.in_flight[msg_id] += 1
                     receiver.max_in_flight[msg_id] = max(receiver.max_in_flight[msg_id], receiver.in_flight[msg_id])
                     receiver.path_in_flight[self.path] += 1
                     receiver.path_max_in_flight[self.path] = max(receiver.path_max_in_flight[self.path],
                                                                  receiver.path_in_flight[self.path])
                     receiver._changed.notify_all()
+                if receiver.on_request is not None:
+                    receiver.on_request(received)
                 try:
                     if answer.delay:
                         receiver.closing.wait(answer.delay)
@@ -93,16 +113,8 @@ class Receiver:
 
     def wait_for(self, count: int, path: str | None = None, timeout: float = 20.0) -> list[Received]:
         """Block until `count` requests arrived (to `path`, if given); fail the test after `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                got = [r for r in self.received if path is None or r.path == path]
-                if len(got) >= count:
-                    return got
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise AssertionError(f"expected {count} requests to {path or 'any path'}, got {len(got)}")
-                self._changed.wait(remaining)
+        return wait_for_count(self._changed, lambda: [r for r in self.received if path is None or r.path == path],
+                              count, timeout, f"requests to {path or 'any path'}")
 
     def close(self):
         self.closing.set()

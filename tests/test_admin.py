@@ -2,6 +2,7 @@
 are retried through the service (a real task in Redis), and history stays read-only."""
 import hashlib
 import re
+import uuid
 
 import pytest
 from django.contrib import admin
@@ -287,3 +288,75 @@ def test_an_operator_sees_the_breaker_and_sets_the_cap(admin_client, world):
     endpoint.refresh_from_db()
     assert (endpoint.max_in_flight, endpoint.throttle_rate, endpoint.ordering) == (25, 50, "fifo")
     assert endpoint.tripped_at is not None  # only what the operator changed was written
+
+
+# Filters the admin's endpoint form must refuse as the API does (problem, not a 500): each made a 500 on save.
+REFUSED_FILTERS = {
+    "an unpaired surrogate": '{"data": {"name": "\\ud800"}}',
+    "an unpaired surrogate in a key": '{"data": {"\\udc00": 1}}',
+    "arrays nested past Python's recursion limit": "[" * 5000 + "]" * 5000,
+    "objects nested past Python's recursion limit": '{"data": ' + '{"a": ' * 5000 + "1" + "}" * 5001,
+    "NUL in a string": '{"data": {"name": "\\u0000"}}',
+    "a number JSON cannot carry": '{"data": {"amount": 1e400}}',
+    "not an object": "[1]",
+    "an unknown operator": '{"data": {"amount": {"$regex": "x"}}}',
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED_FILTERS))
+def test_the_endpoint_form_refuses_a_filter_the_api_refuses(admin_client, world, name):
+    endpoint = Endpoint.objects.get(pk=world["endpoint"]["id"])
+    before = Endpoint.objects.filter(pk=endpoint.pk).values().get()
+    secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
+    response = admin_client.post(_url(Endpoint, "change", endpoint.pk), {
+        "description": "", "enabled": "on", "ordering": "unordered", "filter": REFUSED_FILTERS[name],
+        "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets,
+    })
+    assert response.status_code == 200, response.content.decode()[-3000:]   # the form again, with its error
+    assert response.context["adminform"].form.errors["filter"]
+    assert Endpoint.objects.filter(pk=endpoint.pk).values().get() == before
+    # the API refuses the same filter (its body parser or webhooks/filters.py)
+    refused = world["api"].client.patch(
+        f"/api/v1/endpoints/{endpoint.pk}", '{"filter": ' + REFUSED_FILTERS[name] + "}",
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {world['api'].token}", "Idempotency-Key": f"key-admin-{uuid.uuid4()}"})
+    assert refused.status_code == 400, refused.content
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_in_flight", "0"), ("max_in_flight", "1001"),
+                                              ("throttle_rate", "0"), ("throttle_rate", "10001")])
+def test_the_endpoint_form_holds_the_api_s_bounds(admin_client, world, field, value):
+    endpoint = Endpoint.objects.get(pk=world["endpoint"]["id"])
+    before = Endpoint.objects.filter(pk=endpoint.pk).values().get()
+    secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
+    response = admin_client.post(_url(Endpoint, "change", endpoint.pk), {
+        "description": "", "enabled": "on", "ordering": "unordered", field: value,
+        "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets,
+    })
+    assert response.status_code == 200, response.content.decode()[-3000:]
+    assert response.context["adminform"].form.errors[field]
+    assert Endpoint.objects.filter(pk=endpoint.pk).values().get() == before
+    refused = world["api"].patch(f"endpoints/{endpoint.pk}", {field: int(value)})
+    assert refused.status_code == 400, refused.content
+
+
+def test_an_operator_sees_a_brokers_fields_without_its_credentials_and_edits_them(admin_client, world):
+    from webhooks.models import EndpointAccess
+
+    created = world["api"].post("endpoints", {
+        "kind": "redis_stream", "url": "redis://ops:s3cr3t-pw@127.0.0.1:6379/3", "stream": "orders",
+        "event_types": ["nothing.*"]})
+    assert created.status_code == 201, created.content
+    endpoint = Endpoint.objects.get(pk=created.json()["id"])
+    page = admin_client.get(_url(Endpoint, "change", endpoint.pk)).content.decode()
+    assert "s3cr3t-pw" not in page and 'name="stream"' in page and "orders" in page
+    secrets = EndpointSecret.objects.filter(endpoint=endpoint).count()
+    form = {"description": "", "enabled": "on", "ordering": "unordered", "stream": "orders", "maxlen": "500",
+            "secrets-TOTAL_FORMS": secrets, "secrets-INITIAL_FORMS": secrets}
+    response = admin_client.post(_url(Endpoint, "change", endpoint.pk), form)
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert EndpointAccess.objects.get(endpoint=endpoint).destination == {"kind": "redis_stream", "stream": "orders",
+                                                                         "maxlen": 500}
+    refused = admin_client.post(_url(Endpoint, "change", endpoint.pk), {**form, "stream": "bad\x01stream"})
+    assert refused.status_code == 200 and "printable" in refused.content.decode()
+    assert EndpointAccess.objects.get(endpoint=endpoint).destination["stream"] == "orders"

@@ -31,13 +31,15 @@ def test_an_operator_retries_a_failed_delivery_in_the_browser(herald, receiver, 
 
     base = herald.url
     change_url = f"{base}/admin/webhooks/delivery/{delivery_id}/change/"
-    broken = []
+    broken, blocked = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.on("response", lambda r: broken.append(f"{r.status} {r.url}")
                     if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+            # what the Content Security Policy blocked, as Chromium reports it (config/browser_headers.py)
+            page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
 
             page.goto(f"{base}/admin/login/?next=/admin/")
             page.fill("#id_username", USERNAME)
@@ -81,6 +83,7 @@ def test_an_operator_retries_a_failed_delivery_in_the_browser(herald, receiver, 
 
     assert SCREENSHOT.is_file() and SCREENSHOT.stat().st_size > 0
     assert broken == []  # every page and static file (whitenoise, through gunicorn) loaded
+    assert blocked == []  # and nothing of the admin's pages was refused by their Content Security Policy
     delivery = Delivery.objects.get(pk=delivery_id)
     assert delivery.status == Delivery.SUCCEEDED and delivery.attempt_count == 5
     assert len(receiver.requests_to("/hook")) == 5

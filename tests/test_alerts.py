@@ -134,7 +134,7 @@ def test_a_real_prometheus_fires_the_alerts_of_a_stopped_worker_with_deliveries_
         steady_until = time.monotonic() + (60 if picture else 0)
         while time.monotonic() < steady_until:
             post(1)
-            time.sleep(0.4)
+            time.sleep(0.4)  # the input: the traffic's pace
 
         # the fault: the only worker dies (SIGKILL: no goodbye), and events keep coming, due now; the rows are
         # set back ten minutes, as if it had been down that long
@@ -170,7 +170,7 @@ def test_a_real_prometheus_fires_the_alerts_of_a_stopped_worker_with_deliveries_
         if picture:  # events keep coming for half a minute more, then the picture
             for _ in range(60):
                 post(1)
-                time.sleep(0.4)
+                time.sleep(0.4)  # the input: the traffic's pace
             dashboard.render(prom.url, start=time.time() - (time.monotonic() - started), end=time.time(),
                              path=Path(picture), job="herald", scrape_seconds=1,
                              note="tests/test_alerts.py: a receiver answering 500, then the only worker killed")

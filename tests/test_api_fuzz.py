@@ -13,10 +13,11 @@ from urllib.parse import quote, urlencode
 
 import pytest
 from django.test import Client
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.conftest import create_endpoint, make_api
+from tests.fuzzing import ENV, SEED
 from tests.test_portal import _portal
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -124,10 +125,20 @@ def test_no_request_is_ever_answered_with_a_5xx(world):
     seen = {"sent": 0}
     failures: list[str] = []
 
-    @seed(21)
-    @settings(max_examples=3_000, deadline=None, database=None, phases=[Phase.generate], derandomize=False,
-              suppress_health_check=list(HealthCheck), print_blob=False)
+    @seed(SEED)  # fresh each run, printed in pytest's header (tests/fuzzing.py)
+    @settings(max_examples=3_000, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+              derandomize=False, suppress_health_check=list(HealthCheck), print_blob=False)
     @given(request=requests_(ids))
+    # The corpus: past findings, tried on every run whatever the seed (docs/testing.md)
+    @example(request=("POST", "/api/v1/events", b'{"type": "invoice.paid", "data": {"a": "\\u0000"}}',
+                      "application/json", {"Authorization": "Bearer {token}", "Idempotency-Key": "{unique}"}))
+    @example(request=("POST", "/api/v1/events", b'{"type": "invoice.paid", "data": {"a": "\\ud800"}}',
+                      "application/json", {"Authorization": "Bearer {token}", "Idempotency-Key": "{unique}"}))
+    @example(request=("POST", "/api/v1/events", b'{"type": "invoice.paid", "data": {}}',
+                      "application/vnd.example+json", {"Authorization": "Bearer {token}",
+                                                       "Idempotency-Key": "{unique}"}))
+    @example(request=("PATCH", "/api/v1/endpoints/%00", b'{"url": "https://h.example/\x00"}', "application/json",
+                      {"Authorization": "Bearer {token}", "Idempotency-Key": "{unique}"}))
     def run(request):
         if time.monotonic() > deadline:
             return
@@ -146,4 +157,4 @@ def test_no_request_is_ever_answered_with_a_5xx(world):
 
     run()
     assert seen["sent"] >= 500, seen  # the budget bought a real sample
-    assert not failures, "\n".join(failures[:20])
+    assert not failures, f"replay with {ENV}={SEED}\n" + "\n".join(failures[:20])

@@ -15,20 +15,27 @@ from webhooks.models import Delivery
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SENT = "Sending due task dispatch-due-deliveries"  # logged at DEBUG (config/logs.py): beats run with DEBUG here
+# celery.beat logs this at DEBUG after each tick() returns: for a standby, after each failed try for the lock
+WOKE = "beat: Waking up"
 
 
 def _sends(beat) -> int:
     return beat.output().count(SENT)
 
 
+def _wakes(beat) -> int:
+    return beat.output().count(WOKE)
+
+
 def test_two_beats_tick_one_at_a_time_and_the_second_takes_over_when_the_first_dies(processes):
     first = processes(celery_beat("DEBUG"))
     wait_until(lambda: _sends(first) > 0, timeout=15, message="the first beat to tick")
     second = processes(celery_beat("DEBUG"))
-    time.sleep(3)  # six dispatcher intervals side by side
-    before = _sends(first), _sends(second)
-    time.sleep(3)
-    assert _sends(first) > before[0] + 3, "the leading beat stopped ticking"
+    # side by side: the standby tried for the lock (and woke up again) several times, while the leader kept
+    # sending; a standby that ticked would have sent by then (its first try comes before its first wake-up)
+    before = _sends(first)
+    wait_until(lambda: _wakes(second) >= 4 and _sends(first) >= before + 4, timeout=30,
+               message="the standby to try for the lock four times while the leader ticks")
     assert _sends(second) == 0, "the standby beat sent periodic tasks too"
 
     first.popen.send_signal(signal.SIGKILL)  # its process group's leader: the beat itself
@@ -36,8 +43,7 @@ def test_two_beats_tick_one_at_a_time_and_the_second_takes_over_when_the_first_d
     wait_until(lambda: _sends(second) > 0, timeout=30, message="the standby beat to take over")
     failover = time.monotonic() - killed
     assert failover <= 2 * settings.WEBHOOK_DISPATCH_INTERVAL_SECONDS + 10, failover
-    time.sleep(2)
-    assert _sends(second) >= 2  # and it keeps ticking
+    wait_until(lambda: _sends(second) >= 3, timeout=30, message="the new leader to keep ticking")
     print(f"beat failover: the standby ticked {failover:.1f} s after the leader was killed")
 
 

@@ -2,18 +2,19 @@
 of compose's proxy configuration (deploy/nginx/herald.conf.template), in front of a real gunicorn started with
 HERALD_PUBLIC_URL=https://…. A person opens a portal link, presses Continue, walks the pages and submits a
 form; an operator signs in to the admin; every cookie is Secure and every answer carries HSTS; failed admin
-logins count against the client's address, not the proxy's; and no log line holds a portal link's token."""
+logins are recorded with the client's address, not the proxy's; and no log line holds a portal link's token."""
 import re
 import uuid
 
 import pytest
 import requests
 import trustme
+from axes.models import AccessAttempt
 from django.contrib.auth.models import User
 from requests.adapters import HTTPAdapter
 
 from tests.conftest import make_api, wait_until
-from tests.processes import free_port, gunicorn, nginx, render_nginx_template, run_dir
+from tests.processes import free_port, gunicorn, nginx, nginx_site, run_dir
 from webhooks.models import Endpoint
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -44,9 +45,10 @@ def site(processes, tmp_path):
     tls_port, proxy_port = free_port(), free_port()
     public_url = f"https://localhost:{tls_port}"
     web = processes(gunicorn(free_port(), workers=1, threads=4, args=("--access-logfile", "-"),
-                             HERALD_PUBLIC_URL=public_url))
-    (workdir / "herald.conf").write_text(render_nginx_template(
-        HERALD_WEB=web.url.removeprefix("http://"), DNS_RESOLVER="127.0.0.1", PROXY_PORT=str(proxy_port)))
+                             HERALD_PUBLIC_URL=public_url, HERALD_TRUSTED_PROXIES="127.0.0.1/32"))
+    # the operator's surfaces for the TLS proxy in front (the address compose's nginx is reached from)
+    nginx_site(workdir, web=web.url.removeprefix("http://"), port=proxy_port, public_url=public_url,
+               admin_networks="127.0.0.1/32")
     # what a load balancer in front of compose does: TLS ends here, the scheme and client go on in headers
     front = processes(nginx(f"""
     include {workdir}/herald.conf;
@@ -152,7 +154,7 @@ def test_a_portal_link_opens_and_its_forms_work_over_https_with_secure_cookies(s
     assert '"https://localhost:' in proxy_log and '/portal/open/***"' in proxy_log  # the Referer of /portal/
 
 
-def test_the_admin_signs_in_over_https_and_counts_failures_per_client_address(site, settings):
+def test_the_admin_signs_in_over_https_and_records_failures_with_the_client_address(site, settings):
     User.objects.create_superuser("ops", "ops@example.com", "right-password-123")
     login = f"{site.url}/admin/login/?next=/admin/"
 
@@ -176,6 +178,8 @@ def test_the_admin_signs_in_over_https_and_counts_failures_per_client_address(si
         assert sign_in("wrong", "127.0.0.2").status_code == 200
     assert sign_in("wrong", "127.0.0.2").status_code == 429  # the one that reaches the limit
     assert sign_in("right-password-123", "127.0.0.2").status_code == 429
-    # every request reached gunicorn from the proxy's address: the client's own is what counted
-    assert sign_in("right-password-123", "127.0.0.3").status_code == 302
+    # every request reached gunicorn from the proxy's address (trusted): the client's own is what was recorded
+    assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"127.0.0.2"}
+    # and the user name is locked wherever the next try comes from
+    assert sign_in("right-password-123", "127.0.0.3").status_code == 429
 

@@ -1,7 +1,7 @@
 """The circuit breaker's rules, as a pure function of one attempt's outcome."""
 from datetime import datetime, timedelta, timezone
 
-from webhooks import breaker
+from webhooks.delivery import breaker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 RULES = {"threshold": 3, "base": 30, "maximum": 600}

@@ -22,7 +22,7 @@ from tests.conftest import wait_until
 from tests.processes import celery_worker, free_port, gunicorn
 from tests.stub_http import Step, StubServer, problem
 from webhooks.models import Event
-from webhooks.signing import generate_secret
+from webhooks.delivery.signing import generate_secret
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -329,3 +329,15 @@ def test_a_429_is_waited_out_for_retry_after(api, processes, retries):
     throttled = [retry for retry in retries if retry.status == 429]
     assert throttled and all(retry.code == "throttled" and retry.delay >= 1.0 for retry in throttled)
     assert time.monotonic() - started >= sum(retry.delay for retry in throttled)
+
+
+def test_v1a_endpoints_filters_and_a_themed_portal_link_through_the_client(herald):
+    endpoint = herald.endpoints.create("https://hooks.example.com/v1a", signature="v1a",
+                                       filter={"data": {"amount": {"$gte": 100}}})
+    assert endpoint["signature"] == "v1a" and endpoint["filter"] == {"data": {"amount": {"$gte": 100}}}
+    assert herald.endpoints.secret(endpoint["id"]).startswith("whpk_")  # what a receiver verifies with
+    assert [d["endpoint_id"] for d in herald.events.create("invoice.paid", {"amount": 5})["deliveries"]] == []
+    assert [d["endpoint_id"] for d in herald.events.create("invoice.paid", {"amount": 500})["deliveries"]] == [
+        endpoint["id"]]
+    assert herald.endpoints.update(endpoint["id"], filter=None)["filter"] is None
+    assert herald.portal_links.create(theme={"name": "Acme", "accent": "#0a7"})["url"]

@@ -20,14 +20,36 @@ import standardwebhooks
 
 import herald_client
 from herald_client import Herald, RetryInfo, RetryPolicy
+from intake import problems
 from tests.processes import free_port, run_dir
-from tests.stub_http import Step, problem, stubs  # noqa: F401 - stubs: a fixture
-from webhooks.signing import generate_secret, webhook_headers
+from tests.stub_http import Step, StubServer, problem, stubs  # noqa: F401 - stubs: a fixture
+from tests.test_client import server  # noqa: F401 - the live API and a worker, started for this module
+from webhooks.delivery.signing import generate_secret, webhook_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "python"
 EVENT = {"id": "evt_1", "type": "invoice.paid", "data": {"invoice": "in_1"}, "channels": [],
          "created_at": "2026-01-01T00:00:00Z", "deliveries": []}
+
+
+# Against the real API (the live server of tests/test_client.py) wherever Herald can be made to give the answer;
+# a scripted stub (tests/stub_http.py) only where the point is an answer Herald cannot be made to give on cue (a
+# reset, a hang, a 503 or 409 in progress at a given attempt, a proxy's page) or the bytes the client builds.
+live = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def recording(server):  # noqa: F811 - the imported fixture
+    """A recording proxy in front of the live API: every request forwarded to Herald unless `steps` say."""
+    made = []
+
+    def make(*steps: Step) -> StubServer:
+        made.append(StubServer(*steps, upstream=server.url))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
 
 
 def _client(url: str, retries: list | None = None, **options) -> Herald:
@@ -42,6 +64,7 @@ def _post(herald: Herald, **kwargs) -> dict:
 # ------------------------------------------------------------------ what it retries, and how
 
 def test_in_progress_is_retried_with_the_same_key_after_retry_after(stubs):
+    # a stub: a 409 in progress at exactly the first attempt, then the answer (tests/test_client.py has Herald's own)
     stub = stubs(problem(409, "idempotency_key_in_progress", ("Retry-After", "1")), Step(202, EVENT))
     retries: list[RetryInfo] = []
     started = time.monotonic()
@@ -61,6 +84,7 @@ def test_in_progress_is_retried_with_the_same_key_after_retry_after(stubs):
 
 
 def test_resets_timeouts_and_5xx_are_retried_with_backoff_and_the_same_key(stubs):
+    # a stub: resets, a hang, 5xx and 429 in a given order are answers Herald cannot be made to give on cue
     stub = stubs(Step(reset=True), Step(hang=2.0), Step(500, {"detail": "boom"}),
                  problem(503, "unavailable", ("Retry-After", "0")), problem(429, "throttled"), Step(202, EVENT))
     retries: list[RetryInfo] = []
@@ -80,6 +104,7 @@ def test_resets_timeouts_and_5xx_are_retried_with_backoff_and_the_same_key(stubs
 
 
 def test_retry_after_as_an_http_date_and_capped_at_max_delay(stubs):
+    # a stub: Herald sends Retry-After in seconds; an HTTP date comes from a proxy
     soon = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=3), usegmt=True)
     stub = stubs(problem(503, "x", ("Retry-After", soon)), problem(429, "throttled", ("Retry-After", "3600")),
                  Step(202, EVENT))
@@ -89,6 +114,7 @@ def test_retry_after_as_an_http_date_and_capped_at_max_delay(stubs):
 
 
 def test_connection_refused_is_retried_until_the_server_is_up(stubs):
+    # a stub: a server that comes up on a given port at the client's first retry
     port = free_port()  # nothing listens there yet
     started = []
 
@@ -101,16 +127,36 @@ def test_connection_refused_is_retried_until_the_server_is_up(stubs):
     assert event == EVENT and len(started[0].requests) == 1
 
 
+@live
+def test_herald_s_4xx_answers_are_final_and_raised_as_their_code(recording, api):
+    proxy = recording()
+    herald = Herald(proxy.url, api.token, retry=RetryPolicy(base_delay=0.01, max_delay=5))
+    herald.events.create("invoice.paid", {"n": 1}, idempotency_key="used-key-0001")
+    calls = [
+        (lambda: herald.endpoints.create("not a url"), herald_client.ValidationError, 400),
+        (lambda: Herald(proxy.url, "hrld_not_a_token").endpoints.get("ep_1"), herald_client.NotAuthenticated, 401),
+        (lambda: herald.endpoints.get("ep_00000000000000000000000000"), herald_client.NotFound, 404),
+        (lambda: herald.events.create("invoice.paid", {"n": 2}, idempotency_key="used-key-0001"),
+         herald_client.IdempotencyKeyReused, 409),
+        (lambda: herald.events.create("invoice.paid", {"blob": "x" * (1 << 20)}), herald_client.PayloadTooLarge, 413),
+    ]
+    for call, error, status in calls:
+        del proxy.requests[:]
+        with pytest.raises(error) as raised:
+            call()
+        assert raised.value.status == status and raised.value.code == error.code and raised.value.attempts == 1
+        assert [r.upstream_status for r in proxy.requests] == [status], "final: not retried"
+
+
+# The codes the client cannot be made to get from Herald on cue here (a key Herald refuses but the client would
+# not send, a tenant-less platform call, a recovery under way at that instant, a 415 for a client that always
+# sends JSON, a 422 from another server): a stub answers them.
 @pytest.mark.parametrize("step, error", [
-    (problem(400, "validation_error"), herald_client.ValidationError),
     (problem(400, "idempotency_key_invalid"), herald_client.IdempotencyKeyInvalid),
     (problem(400, "tenant_required"), herald_client.TenantRequired),
-    (problem(401, "not_authenticated"), herald_client.NotAuthenticated),
     (problem(403, "forbidden"), herald_client.Forbidden),
-    (problem(404, "not_found"), herald_client.NotFound),
-    (problem(409, "idempotency_key_reused"), herald_client.IdempotencyKeyReused),
     (problem(409, "conflict"), herald_client.Conflict),
-    (problem(413, "payload_too_large"), herald_client.PayloadTooLarge),
+    (problem(409, "recovery_in_progress"), herald_client.RecoveryInProgress),
     (problem(415, "unsupported_media_type"), herald_client.UnsupportedMediaType),
     (problem(422, "idempotency_key_reused"), herald_client.IdempotencyKeyReused),
 ], ids=lambda value: getattr(value, "__name__", None) or f"{value.status}")
@@ -127,6 +173,7 @@ def test_other_4xx_answers_are_final_and_raised_as_their_code(stubs, step, error
 
 
 def test_attempts_are_capped(stubs):
+    # a stub: a 503 on every attempt
     stub = stubs(*[problem(503, "server_error")] * 5)
     with pytest.raises(herald_client.ServerError) as raised:
         _post(_client(stub.url, retry=RetryPolicy(max_attempts=3, base_delay=0.01)))
@@ -139,27 +186,27 @@ def test_attempts_are_capped(stubs):
     assert isinstance(lost.value.__cause__, requests.ConnectionError)
 
 
-def test_every_stable_code_has_its_class_and_the_error_carries_the_problem(stubs):
-    codes = {"not_authenticated", "not_found", "validation_error", "payload_too_large", "unsupported_media_type",
-             "method_not_allowed", "idempotency_key_missing", "idempotency_key_invalid", "idempotency_key_reused",
-             "idempotency_key_in_progress", "throttled", "tenant_required", "forbidden", "conflict"}
-    assert codes <= set(herald_client.ERRORS_BY_CODE)
+@live
+def test_every_stable_code_has_its_class_and_the_error_carries_the_problem(server, api):  # noqa: F811
+    codes = set(problems.TITLES)  # the server's stable codes, from the problems module
+    assert codes <= set(herald_client.ERRORS_BY_CODE), codes - set(herald_client.ERRORS_BY_CODE)
     classes = {herald_client.ERRORS_BY_CODE[code] for code in codes}
     assert len(classes) == len(codes) and all(issubclass(cls, herald_client.APIError) for cls in classes)
 
-    errors = {"url": ["Enter a valid URL."], "/data/amount": ["must be an integer"]}
-    body = {"type": "https://herald.dev/problems/validation-error", "title": "Invalid request", "status": 400,
-            "detail": "The request body did not validate.", "code": "validation_error", "errors": errors}
-    stub = stubs(Step(400, body, (("X-Request-Id", "req_abc12345"),)))
+    # the real API's problem, carried whole
+    herald = Herald(server.url, api.token)
     with pytest.raises(herald_client.ValidationError) as raised:
-        _client(stub.url).endpoints.create("not a url")
+        herald.endpoints.create("not a url")
     error = raised.value
-    assert (error.status, error.title, error.type, error.errors) == (400, "Invalid request", body["type"], errors)
-    assert error.request_id == "req_abc12345" and json.loads(error.body) == body
-    assert "validation_error" in str(error) and "Enter a valid URL." in str(error)
+    body = json.loads(error.body)
+    assert (error.status, error.title, error.type) == (400, problems.TITLES["validation_error"], body["type"])
+    assert body["code"] == "validation_error" and body["status"] == 400 and error.errors == body["errors"]
+    assert "url" in error.errors and error.request_id == error.headers.get("X-Request-Id") and error.request_id
+    assert "validation_error" in str(error) and error.errors["url"][0] in str(error)
 
 
 def test_an_answer_that_is_not_problem_json_gets_the_class_of_its_status(stubs):
+    # a stub: the point is a proxy's page, which Herald never gives
     stub = stubs()
     stub.steps = [Step(502, {}), Step(404, {})]
     stub.steps[0].body = {"not": "a problem"}
@@ -172,17 +219,19 @@ def test_an_answer_that_is_not_problem_json_gets_the_class_of_its_status(stubs):
 
 # ------------------------------------------------------------------ what it sends
 
-def test_a_key_per_write_none_on_reads_and_a_new_key_per_call(stubs):
-    stub = stubs(Step(202, EVENT), Step(202, EVENT), Step(200, {"data": [], "next_cursor": None}),
-                 Step(200, {"id": "ep_1"}), Step(204, {}))
-    herald = _client(stub.url)
+@live
+def test_a_key_per_write_none_on_reads_and_a_new_key_per_call(recording, api):
+    endpoint_id = Herald(recording().upstream, api.token).endpoints.create("https://hooks.example.com/k")["id"]
+    proxy = recording()
+    herald = Herald(proxy.url, api.token)
     _post(herald)
     _post(herald)
     list(herald.events.list())
-    herald.endpoints.update("ep_1", description="new", max_in_flight=None)
-    herald.endpoints.delete("ep_1")
+    herald.endpoints.update(endpoint_id, description="new", max_in_flight=None)
+    herald.endpoints.delete(endpoint_id)
 
-    first, second, listing, patch, delete = stub.requests
+    assert [r.upstream_status for r in proxy.requests] == [202, 202, 200, 200, 204]  # Herald's answers
+    first, second, listing, patch, delete = proxy.requests
     assert first.headers["idempotency-key"] != second.headers["idempotency-key"]
     assert "idempotency-key" not in listing.headers and "idempotency-key" not in delete.headers
     assert patch.method == "PATCH" and uuid.UUID(patch.headers["idempotency-key"])
@@ -191,6 +240,7 @@ def test_a_key_per_write_none_on_reads_and_a_new_key_per_call(stubs):
 
 
 def test_filters_and_ids_are_encoded(stubs):
+    # a stub: the point is the request line the client builds, whatever answers it
     page = Step(200, {"data": [], "next_cursor": None})
     stub = stubs(page, page, page)
     herald = _client(stub.url)
@@ -212,22 +262,30 @@ def test_filters_and_ids_are_encoded(stubs):
     ]
 
 
-def test_a_delete_whose_answer_was_lost_is_done_when_the_retry_finds_nothing(stubs):
-    stub = stubs(Step(reset=True), problem(404, "not_found"), problem(404, "not_found"))
-    herald = _client(stub.url)
-    assert herald.endpoints.delete("ep_1") is None
-    assert [r.method for r in stub.requests] == ["DELETE", "DELETE"]
+@live
+def test_a_delete_whose_answer_was_lost_is_done_when_the_retry_finds_nothing(recording, api):
+    # Herald deletes it; the proxy loses the answer (a reset); the retry finds nothing
+    proxy = recording(Step(forward=True, reset=True))
+    endpoint_id = Herald(proxy.upstream, api.token).endpoints.create("https://hooks.example.com/d")["id"]
+    herald = Herald(proxy.url, api.token, retry=RetryPolicy(base_delay=0.01, max_delay=5))
+    assert herald.endpoints.delete(endpoint_id) is None
+    assert [(r.method, r.upstream_status) for r in proxy.requests] == [("DELETE", 204), ("DELETE", 404)]
     with pytest.raises(herald_client.NotFound):  # no earlier attempt: it was not there
-        herald.endpoints.delete("ep_1")
+        herald.endpoints.delete(endpoint_id)
 
 
-def test_pages_are_fetched_only_as_the_iteration_needs_them(stubs):
-    stub = stubs(Step(200, {"data": [{"id": "evt_3"}, {"id": "evt_2"}], "next_cursor": "evt_2"}),
-                 Step(200, {"data": [{"id": "evt_1"}], "next_cursor": None}))
-    events = _client(stub.url).events.list(limit=2)
-    assert next(events)["id"] == "evt_3" and len(stub.requests) == 1
-    assert [event["id"] for event in events] == ["evt_2", "evt_1"]
-    assert [r.path for r in stub.requests] == ["/api/v1/events?limit=2", "/api/v1/events?cursor=evt_2&limit=2"]
+@live
+def test_pages_are_fetched_only_as_the_iteration_needs_them(recording, api):
+    proxy = recording()
+    herald = Herald(proxy.url, api.token)
+    made = [_post(herald)["id"] for _ in range(3)]
+    del proxy.requests[:]
+    events = herald.events.list(limit=2)
+    assert next(events)["id"] == made[2] and len(proxy.requests) == 1
+    assert [event["id"] for event in events] == [made[1], made[0]]
+    first, second = [r.path for r in proxy.requests]
+    assert first == "/api/v1/events?limit=2"
+    assert second.startswith("/api/v1/events?cursor=") and second.endswith("&limit=2")
     assert events.cursor is None and list(events) == []
 
 
@@ -328,7 +386,13 @@ def test_the_package_builds_from_its_folder_with_its_types():
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         metadata = archive.read(next(name for name in names if name.endswith("METADATA"))).decode()
-    assert {"herald_client/py.typed", "herald_client/client.py", "herald_client/webhooks.py"} <= names
+    assert {"herald_client/py.typed", "herald_client/client.py", "herald_client/webhooks.py",
+            "herald_client/django/migrations/0001_initial.py",
+            "herald_client/django/management/commands/herald_relay.py"} <= names
     assert f"Version: {herald_client.__version__}" in metadata
     requires = sorted(line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist"))
-    assert requires == ["requests>=2.28", "standardwebhooks>=1.0"], "two dependencies, no more"
+    assert [r for r in requires if "extra ==" not in r] == ["requests>=2.28", "standardwebhooks>=1.0"], (
+        "two dependencies, no more")
+    # the rest only with an extra: cryptography for v1a signatures, Django for the outbox (SPEC §13)
+    assert [r.replace(" ", "") for r in requires if "extra ==" in r] == [
+        'Django>=4.2;extra=="django"', 'cryptography>=41;extra=="ed25519"']

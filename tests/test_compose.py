@@ -33,7 +33,8 @@ ROLE_COMMANDS = {
 }
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 # What a user must set before `docker compose up` (`${VAR:?reason}`), as this module sets it.
-REQUIRED = {"SECRET_KEY": "compose-test-secret-key-" + "k" * 40}
+REQUIRED = {"SECRET_KEY": "compose-test-secret-key-" + "k" * 40, "POSTGRES_PASSWORD": "pg" + "p" * 30,
+            "REDIS_PASSWORD": "rd" + "r" * 30, "METRICS_TOKEN": "mt" + "m" * 30}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,8 @@ def test_long_running_services_restart_and_migrate_runs_once(services):
 def test_postgres_redis_and_web_have_healthchecks(services):
     postgres = _argv(services["postgres"]["healthcheck"]["test"])
     assert postgres[0] == "CMD-SHELL" and "pg_isready" in postgres[1]
-    assert _argv(services["redis"]["healthcheck"]["test"]) == ["CMD", "redis-cli", "ping"]
+    redis = _argv(services["redis"]["healthcheck"]["test"])
+    assert redis[0] == "CMD-SHELL" and "redis-cli ping" in redis[1]  # with its password (test below)
     web = _argv(services["web"]["healthcheck"]["test"])
     assert web[:2] == ["CMD", "python"], "the slim image has no curl"
     assert "/healthz" in " ".join(web)
@@ -97,13 +99,18 @@ def test_postgres_redis_and_web_have_healthchecks(services):
 def test_postgres_and_redis_match_what_herald_connects_to(services):
     postgres = services["postgres"]
     assert postgres["image"].startswith("postgres:15")
-    assert postgres["environment"] == {"POSTGRES_DB": "herald", "POSTGRES_USER": "herald",
-                                       "POSTGRES_PASSWORD": "herald"}
+    # the credentials come from .env (the password is required); the user and database default to herald
+    assert _environment(postgres) == {"POSTGRES_DB": "herald", "POSTGRES_USER": "herald",
+                                      "POSTGRES_PASSWORD": REQUIRED["POSTGRES_PASSWORD"]}
     assert any(str(v).endswith(":/var/lib/postgresql/data") for v in postgres["volumes"]), "data on a volume"
-    assert services["redis"]["image"].startswith("redis:7")
+    redis = services["redis"]
+    assert redis["image"].startswith("redis:7")
+    assert "--requirepass \"$$REDIS_PASSWORD\"" in _argv(redis["command"])[-1]  # $$: the container's variable
+    assert _environment(redis) == {"REDIS_PASSWORD": REQUIRED["REDIS_PASSWORD"]}
+    assert "REDISCLI_AUTH" in redis["healthcheck"]["test"][-1] and "PONG" in redis["healthcheck"]["test"][-1]
     env = _environment(services["web"])
-    assert env["DATABASE_URL"] == "postgres://herald:herald@postgres:5432/herald"
-    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["DATABASE_URL"] == f"postgres://herald:{REQUIRED['POSTGRES_PASSWORD']}@postgres:5432/herald"
+    assert env["REDIS_URL"] == f"redis://:{REQUIRED['REDIS_PASSWORD']}@redis:6379/0"
 
 
 def test_herald_services_share_one_image_and_one_environment(services):
@@ -159,7 +166,8 @@ def test_the_environment_gives_production_settings():
     probe = ("import json; from django.conf import settings as s; db = s.DATABASES['default']; "
              "print(json.dumps({'debug': s.DEBUG, 'hosts': s.ALLOWED_HOSTS, 'broker': s.CELERY_BROKER_URL, "
              "'db': [db['HOST'], db['PORT'], db['NAME'], db['USER'], db['PASSWORD']], "
-             "'private': s.WEBHOOK_ALLOW_PRIVATE_NETWORKS, 'secret': s.SECRET_KEY}))")
+             "'private': s.WEBHOOK_ALLOW_PRIVATE_NETWORKS, 'secret': s.SECRET_KEY, "
+             "'trusted': s.HERALD_TRUSTED_PROXIES, 'metrics_token': s.METRICS_TOKEN}))")
     base = {key: value for key, value in __import__("os").environ.items()
             if key in {"PATH", "HOME", "LANG", "SYSTEMROOT"}}
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -169,8 +177,10 @@ def test_the_environment_gives_production_settings():
     assert settings["debug"] is False
     assert settings["private"] is False
     assert "localhost" in settings["hosts"], "the web healthcheck calls http://localhost:8000"
-    assert settings["broker"] == "redis://redis:6379/0"
-    assert [str(part) for part in settings["db"]] == ["postgres", "5432", "herald", "herald", "herald"]
+    assert settings["broker"] == f"redis://:{REQUIRED['REDIS_PASSWORD']}@redis:6379/0"
+    assert [str(part) for part in settings["db"]] == ["postgres", "5432", "herald", "herald",
+                                                     REQUIRED["POSTGRES_PASSWORD"]]
+    assert settings["trusted"] == [compose_subnet()] and settings["metrics_token"] == REQUIRED["METRICS_TOKEN"]
     assert settings["secret"] == env["SECRET_KEY"] and len(settings["secret"]) >= 50
 
 
@@ -269,11 +279,31 @@ def test_docker_compose_accepts_the_file():
     assert result.returncode == 0, result.stderr
 
 
-def test_docker_compose_refuses_to_start_without_a_secret_key():
-    result = subprocess.run([_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60, env=_compose_env(SECRET_KEY=None))
-    assert result.returncode != 0
-    assert "SECRET_KEY" in result.stderr and "set SECRET_KEY" in result.stderr
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_docker_compose_refuses_to_start_without_each_secret(name):
+    for missing in (None, ""):
+        result = subprocess.run([_docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60, env=_compose_env(**{name: missing}))
+        assert result.returncode != 0
+        assert f"set {name}" in result.stderr, result.stderr
+
+
+def compose_subnet() -> str:
+    return _defaults(yaml.safe_load(COMPOSE_FILE.read_text())["networks"]["default"]["ipam"]["config"][0]["subnet"])
+
+
+def test_the_web_trusts_only_its_own_network_and_the_proxy_keeps_operator_surfaces_to_admin_networks(services):
+    assert _environment(services["web"])["HERALD_TRUSTED_PROXIES"] == compose_subnet() == "172.31.240.0/24"
+    proxy = services["proxy"]
+    env = _environment(proxy)
+    assert env["HERALD_ADMIN_NETWORKS"] == ""  # unset: nobody
+    assert env["HERALD_PUBLIC_URL"] == ""
+    filtered = re.fullmatch(r"\^\((.*)\)\$\$?", proxy["environment"]["NGINX_ENVSUBST_FILTER"]).group(1).split("|")
+    template = (ROOT / "deploy" / "nginx" / "herald.conf.template").read_text()
+    assert set(filtered) == set(re.findall(r"\$\{(\w+)\}", template))  # every variable the template names
+    mounts = {str(volume).split(":")[1]: str(volume).split(":")[0] for volume in proxy["volumes"]}
+    script = mounts["/docker-entrypoint.d/15-herald-admin-networks.sh"]
+    assert (ROOT / script).stat().st_mode & 0o111, "the image runs only executable scripts"
 
 
 def test_docker_compose_validation_really_rejects_a_broken_file(tmp_path):

@@ -5,22 +5,22 @@ worker is this process, so every step can be looked at. `test_delivery_isolation
 rules through real Celery workers.
 """
 import threading
-import time
 from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from tests.conftest import create_endpoint, wait_until
 from tests.receiver import Answer
-from webhooks import transport
+from webhooks.delivery.destinations import http_transport as transport
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, DeliveryOutbox, Endpoint, Event
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
-from webhooks.delivery.leases import delivery_claim
-from webhooks.engine import delivery_attempt
-from webhooks.recording import delivery_record
+from webhooks.delivery.claim import delivery_claim
+from webhooks.delivery.engine import delivery_attempt
+from webhooks.delivery.record import delivery_record
 from webhooks.services.endpoints import endpoint_delete, endpoint_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,6 +45,12 @@ def _send(claim):
 
 def _parked(ids):
     return set(Delivery.objects.filter(pk__in=ids, parked_at__isnull=False).values_list("id", flat=True))
+
+
+def _pause_over(endpoint_id):
+    """Wait until the tripped endpoint's pause is over by PostgreSQL's clock (the one the claim reads)."""
+    wait_until(lambda: Endpoint.objects.filter(pk=endpoint_id, next_probe_at__lte=Now()).exists(), timeout=30,
+               message="the breaker's pause to end")
 
 
 def _operational(tenant):
@@ -78,11 +84,12 @@ def test_a_delivery_over_the_cap_is_parked_without_an_attempt_and_handed_on_when
     assert [a.number for a in DeliveryAttempt.objects.filter(delivery_id=second)] == [1]
 
 
-def test_concurrent_claims_never_exceed_the_cap(api, receiver, broker):
+def test_concurrent_claims_never_exceed_the_cap(api, receiver):
+    """On either broker (no `broker` fixture: the RabbitMQ run keeps it). Intake publishes nothing itself and
+    no relay runs here, so no task of these deliveries is queued: this test runs them itself."""
     # given eight deliveries for an endpoint capped at three, and a receiver that takes 0.3 s
     create_endpoint(api, receiver.url(), max_in_flight=3)
     ids = _deliveries(api, 8)
-    broker.clear()  # the tasks intake published: this test runs them itself
     receiver.script("/hook", *[Answer(delay=0.3)] * 8)
     start = threading.Barrier(8)
     outcomes = {}
@@ -106,8 +113,11 @@ def test_concurrent_claims_never_exceed_the_cap(api, receiver, broker):
     assert receiver.path_max_in_flight["/hook"] == 3
     assert len(receiver.received) == 3
     assert len(_parked(ids)) == 2
-    handed = [i for i in broker.delivery_ids() if i in ids]
-    assert len(handed) == 3 and not set(handed) & _parked(ids)
+    # handed on: out of the parked set, into the outbox (published to the retry queue), no attempt yet
+    handed = set(Delivery.objects.filter(pk__in=ids, status=Delivery.PENDING, parked_at__isnull=True,
+                                         attempt_count=0).values_list("id", flat=True))
+    assert len(handed) == 3 and not handed & _parked(ids)
+    assert set(DeliveryOutbox.objects.filter(delivery_id__in=ids).values_list("delivery_id", flat=True)) == handed
 
 
 def test_a_claim_whose_worker_died_costs_no_retry_step(api, receiver):
@@ -181,12 +191,17 @@ def test_disabling_fails_what_waits_and_enabling_starts_afresh(api, receiver):
                               "next_probe_at": None}
 
 
-def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, settings):
+def _attempted(endpoint_id) -> int:
+    return DeliveryAttempt.objects.filter(delivery__endpoint_id=endpoint_id).count()
+
+
+def test_the_breaker_trips_parks_probes_and_recovers(api, sink, broker, settings):
+    """For every destination kind (the `sink` fixture): down, it trips; its probe fails; up, it recovers."""
     settings.WEBHOOK_BREAKER_FAILURES = 2
     settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS = 1
-    monitor = create_endpoint(api, receiver.url("/monitor"), event_types=["herald.*"])
-    flaky = create_endpoint(api, receiver.url("/flaky"), event_types=["invoice.*"], max_in_flight=5)
-    receiver.script("/flaky", 500, 500, 500)  # two failures trip it; the first probe fails too
+    monitor = create_endpoint(api, **sink.endpoint_fields("/monitor"), event_types=["herald.*"])
+    flaky = create_endpoint(api, **sink.endpoint_fields("/flaky"), event_types=["invoice.*"], max_in_flight=5)
+    sink.down("/flaky")  # two failures trip it; the first probe fails too
     ids = _deliveries(api, 4)
 
     # two consecutive failures trip the breaker and tell the tenant
@@ -205,20 +220,24 @@ def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, sett
     assert delivery_attempt(delivery_id=ids[3]) is None
     assert _parked(ids) == {ids[2], ids[3]}
     assert Delivery.objects.get(pk=ids[2]).attempt_count == 0
-    assert len(receiver.requests_to("/flaky")) == 2
+    assert _attempted(flaky["id"]) == 2
 
     # the pause ends: beat lets one probe go (the oldest parked delivery); it fails, the pause doubles
-    time.sleep(1.1)
+    _pause_over(flaky["id"])
     broker.clear()
     assert ids[2] in deliveries_dispatch_due()
+    before = timezone.now()
     assert delivery_attempt(delivery_id=ids[2]) == Delivery.PENDING
+    after = timezone.now()
     endpoint = Endpoint.objects.get(pk=flaky["id"])
     assert endpoint.failed_probes == 1
-    assert 1.8 <= (endpoint.next_probe_at - timezone.now()).total_seconds() <= 2.1
+    # twice the 1 s pause, counted from the failed probe (recorded between `before` and `after`)
+    assert before + timedelta(seconds=2) <= endpoint.next_probe_at <= after + timedelta(seconds=2)
     assert delivery_attempt(delivery_id=ids[3]) is None  # still one probe at a time
 
     # the next probe succeeds: the breaker closes, the tenant hears of it, the backlog flows
-    time.sleep(2.1)
+    sink.up("/flaky")
+    _pause_over(flaky["id"])
     broker.clear()
     woken = deliveries_dispatch_due()
     probe = next(i for i in ids if i in woken)
@@ -232,6 +251,13 @@ def test_the_breaker_trips_parks_probes_and_recovers(api, receiver, broker, sett
     assert Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() == 4
     # the parked delivery that became the probe paid one attempt for its own failure, none for waiting
     assert Delivery.objects.get(pk=ids[3]).attempt_count == 1
+    assert len(sink.wait_for(4, "/flaky")) == 4
+    # the tenant's operational events reach its monitoring endpoint, of whatever kind
+    for event in _operational(api.tenant):
+        assert delivery_attempt(delivery_id=event.deliveries.get().id) == Delivery.SUCCEEDED
+    tripped, recovered = sink.wait_for(2, "/monitor")
+    assert {a.headers["webhook-id"] for a in (tripped, recovered)} == {e.id for e in _operational(api.tenant)}
+    assert monitor["id"]
 
 
 def test_operational_events_go_only_to_endpoints_that_name_them(api, receiver, settings):
@@ -264,20 +290,27 @@ def test_operational_events_go_only_to_endpoints_that_name_them(api, receiver, s
     assert len(_operational(api.tenant)) == 2
 
 
-def test_a_delivery_that_uses_its_last_attempt_is_reported(api, receiver, settings):
+def test_a_delivery_that_uses_its_last_attempt_is_reported(api, sink, settings):
+    """For every destination kind (the `sink` fixture), down for both attempts; the report reaches the kind too."""
     settings.WEBHOOK_RETRY_SCHEDULE = "0"
-    monitor = create_endpoint(api, receiver.url("/monitor"), event_types=["herald.delivery.failed"])
-    target = create_endpoint(api, receiver.url("/down"), event_types=["invoice.*"])
-    receiver.script("/down", 500, Answer(status=503, body=b"maintenance"))
+    monitor = create_endpoint(api, **sink.endpoint_fields("/monitor"), event_types=["herald.delivery.failed"])
+    target = create_endpoint(api, **sink.endpoint_fields("/down"), event_types=["invoice.*"])
+    sink.down("/down")
     (delivery_id,) = _deliveries(api, 1)
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.PENDING
     assert _operational(api.tenant) == []
     assert delivery_attempt(delivery_id=delivery_id) == Delivery.FAILED
     (event,) = _operational(api.tenant)
+    last = event.data.pop("last_attempt")
     assert event.data == {"delivery_id": delivery_id, "event_id": Delivery.objects.get(pk=delivery_id).event_id,
                           "event_type": "invoice.paid", "endpoint_id": target["id"], "url": target["url"],
-                          "attempts": 2, "last_attempt": {"response_status": 503, "error": ""}}
+                          "attempts": 2}
+    if sink.kind == "http":
+        assert last == {"response_status": 500, "error": ""}
+    else:  # a broker that refuses connections; the URL in the event is the one shown, without credentials
+        assert last["response_status"] is None and last["error"].startswith("connection_error")
     (op_delivery,) = event.deliveries.all()
     assert op_delivery.endpoint_id == monitor["id"]
     assert delivery_attempt(delivery_id=op_delivery.id) == Delivery.SUCCEEDED
-    wait_until(lambda: receiver.requests_to("/monitor"))
+    (report,) = sink.wait_for(1, "/monitor")
+    assert report.headers["webhook-id"] == event.id

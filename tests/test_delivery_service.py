@@ -1,14 +1,17 @@
 """The delivery service in-process, against a real receiver and PostgreSQL: decisions and claims."""
-import contextlib
+import uuid
 from datetime import timedelta
 
 import pytest
+import requests
 from django.utils import timezone
 
+from tests.conftest import wait_until
+from tests.processes import celery_worker, free_port, gunicorn, hosts_launcher
 from tests.receiver import Answer
-from webhooks.models import Delivery, DeliveryLease, Endpoint
-from webhooks.delivery.leases import delivery_claim
-from webhooks.engine import delivery_attempt
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease, Endpoint
+from webhooks.delivery.claim import delivery_claim
+from webhooks.delivery.engine import delivery_attempt
 from webhooks.services.endpoints import endpoints_disable_failing
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,38 +54,29 @@ def test_a_claimed_delivery_cannot_be_claimed_again_until_its_lease_ends(api, re
     assert len(receiver.received) == 1
 
 
-@contextlib.contextmanager
-def _hosts_entry(name):
-    """Point `name` at an address via /etc/hosts (read by the resolver on every lookup)."""
-    with open("/etc/hosts") as f:
-        original = f.read()
-
-    def point(address):
-        with open("/etc/hosts", "w") as f:
-            f.write(original.rstrip("\n") + f"\n{address} {name}\n")
-
-    try:
-        yield point
-    finally:
-        with open("/etc/hosts", "w") as f:
-            f.write(original)
-
-
-def test_a_host_that_resolves_to_loopback_only_at_delivery_time_is_refused(api, receiver, settings):
-    settings.WEBHOOK_ALLOW_PRIVATE_NETWORKS = False
+def test_a_host_that_resolves_to_loopback_only_at_delivery_time_is_refused(api, receiver, processes):
+    """DNS rebinding, without touching the machine's /etc/hosts: the API runs where the name is public (so the
+    endpoint is accepted, and nothing is ever sent there), the worker where it resolves to loopback, each in a
+    mount namespace with its own /etc/hosts (tests/processes.py hosts_launcher)."""
     name = "rebind.herald-test.example"
-    try:
-        open("/etc/hosts", "a").close()
-    except OSError:
-        pytest.fail("this test needs to write /etc/hosts (tests run as root here and in CI)")
-    with _hosts_entry(name) as point:
-        point("93.184.216.34")  # public at creation time: accepted (nothing is sent there)
-        url = f"http://{name}:{receiver.port}/hook"
-        response = api.post("endpoints", {"url": url})
-        assert response.status_code == 201, response.content
-        delivery_id = api.delivery_id("invoice.paid")
-        point("127.0.0.1")  # rebinds to loopback before the delivery
-        delivery_attempt(delivery_id=delivery_id)
+    strict = {"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "false"}
+    web = processes(gunicorn(free_port(), workers=1, threads=2, launcher=hosts_launcher(f"93.184.216.34 {name}"),
+                             **strict))
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {api.token}"
+
+    def post(path, body):
+        response = session.post(f"{web.url}/api/v1/{path}", json=body, timeout=30,
+                                headers={"Idempotency-Key": f"rebind-{uuid.uuid4()}"})
+        assert response.status_code in (201, 202), response.text
+        return response.json()
+
+    post("endpoints", {"url": f"http://{name}:{receiver.port}/hook"})  # public at creation time: accepted
+    delivery_id = post("events", {"type": "invoice.paid", "data": {}})["deliveries"][0]["id"]
+    # the worker resolves the same name to loopback at delivery time
+    processes(celery_worker("rebind", launcher=hosts_launcher(f"127.0.0.1 {name}"), **strict))
+    wait_until(lambda: DeliveryAttempt.objects.filter(delivery_id=delivery_id).exists(), timeout=60,
+               message="the worker's attempt")
     (attempt,) = api.get(f"deliveries/{delivery_id}").json()["attempts"]
     assert attempt["response_status"] is None and "blocked" in attempt["error"]
     assert receiver.received == []

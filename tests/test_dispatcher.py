@@ -17,7 +17,7 @@ from tests.processes import celery_worker
 from webhooks import progress
 from webhooks.models import Delivery, DeliveryLease, DeliveryOutbox, QueueProgress
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
-from webhooks.delivery.outbox import MARK_DUE_SQL
+from webhooks.delivery.outbox import TAKE_SQL
 from webhooks.delivery.publishing import deliveries_enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,6 +120,6 @@ class _Counter:
         self.relayed = 0
 
     def __call__(self, execute, sql, params, many, context):
-        if sql == MARK_DUE_SQL:
+        if sql == TAKE_SQL:
             self.relayed += 1
         return execute(sql, params, many, context)

@@ -21,10 +21,10 @@ from tests.access_servers import TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
 from tests.processes import free_port
 from tests.receiver import Answer
-from webhooks import access
+from webhooks.delivery.destinations import access
 from webhooks.models import Delivery, DeliveryAttempt, Endpoint, EndpointAccess
-from webhooks.delivery.leases import deliveries_claim
-from webhooks.engine import delivery_attempt
+from webhooks.delivery.claim import deliveries_claim
+from webhooks.delivery.engine import delivery_attempt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_tokens")]
 
@@ -396,7 +396,7 @@ def test_one_token_per_expiry_window_and_a_new_one_after_a_401(api, receiver, to
     assert len(token_server.requests) == 2
     assert receiver.received[-1].headers["authorization"] == "Bearer tok-2"
 
-    time.sleep(3.1)  # tok-2 expires (it is dropped shortly before)
+    time.sleep(3.1)  # the input: tok-2's lifetime (3 s) passes; it is dropped a tenth of it before (access.py)
     assert delivery_attempt(delivery_id=api.delivery_id("invoice.paid")) == Delivery.SUCCEEDED
     assert len(token_server.requests) == 3
     assert receiver.received[-1].headers["authorization"] == "Bearer tok-3"

@@ -7,7 +7,7 @@ from django.db import transaction
 
 from tests.conftest import wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Event
-from webhooks.delivery.publishing import publisher
+from webhooks.delivery.publishing import doorbell_channel, publisher
 from webhooks.delivery.relay import Relay
 from webhooks.services.events import event_ingest
 
@@ -89,12 +89,15 @@ def test_the_doorbell_wakes_a_relay_at_once(api, broker, settings):
     _endpoint(api, "https://a.example.com/")
     relay = Relay()
     try:
-        time.sleep(0.3)  # subscribed
+        # Redis says when the relay listens for the doorbell; the relay's first poll is 30 s away
+        wait_until(lambda: broker.redis.pubsub_numsub(doorbell_channel())[0][1], timeout=20,
+                   message="the relay subscribed to the doorbell")
         started = time.monotonic()
         event = api.send_event("invoice.paid")
-        wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=5,
+        wait_until(lambda: broker.redis.llen(settings.CELERY_TASK_DEFAULT_QUEUE), timeout=20,
                    message="the relay published the delivery")
-        assert time.monotonic() - started < 2
+        # long before the relay's poll could have come (30 s after it started): the doorbell woke it
+        assert time.monotonic() - started < settings.WEBHOOK_RELAY_POLL_SECONDS - 5
     finally:
         relay.stop()
     assert broker.delivery_ids() == [event["deliveries"][0]["id"]]

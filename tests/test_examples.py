@@ -8,6 +8,7 @@ verification tests/test_client*.py prove; here, what each example promises its r
 - End to end: gunicorn, a Celery worker and beat, the example client posting, the example
   receiver receiving, and Herald re-sending the same webhook to prove de-duplication.
 """
+import http.client
 import importlib.util
 import json
 import socket
@@ -26,7 +27,7 @@ from tests.conftest import create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
 from tests.stub_http import Step, problem, stubs  # noqa: F401 - stubs: a fixture
 from webhooks.models import Delivery
-from webhooks.signing import generate_secret, webhook_headers
+from webhooks.delivery.signing import generate_secret, webhook_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -165,6 +166,24 @@ def test_the_receiver_refuses_what_does_not_verify(example_receiver):
     assert running.processed == [("evt_bad", PAYLOAD)]
 
 
+@pytest.mark.parametrize("lengths,status", [
+    (["-1"], 400), (["abc"], 400), (["+5"], 400), (["1_0"], 400), (["5", "6"], 400),
+    (["99999999999"], 413),
+])
+def test_the_receiver_refuses_a_bad_content_length_before_reading(example_receiver, lengths, status):
+    running = example_receiver()
+    host, port = running.server.server_address[:2]
+    with socket.create_connection((host, port), timeout=5) as connection:
+        head = "POST /webhooks HTTP/1.1\r\nHost: x\r\n" + "".join(f"Content-Length:{v}\r\n" for v in lengths)
+        # a few bytes of a body, and the connection left open: reading "the rest" would wait for ever
+        connection.sendall(head.encode() + b"\r\n" + b"x" * 10)
+        response = http.client.HTTPResponse(connection)
+        response.begin()  # within the socket's 5 s, or the test fails with a timeout
+        assert response.status == status
+        assert json.loads(response.read())["error"] == ("bad Content-Length" if status == 400 else "body too large")
+    assert running.processed == []
+
+
 def test_a_failed_processing_is_retried_not_remembered(example_receiver):
     running = example_receiver(fail_first=1)
     body, headers = _signed(running.secret, "evt_retry", PAYLOAD)
@@ -270,3 +289,30 @@ def test_the_examples_end_to_end(api, herald, example_receiver):
         client.post_event(herald_client.Herald(herald.url, "not-a-token", on_retry=retries.append),
                           "invoice.paid", {"invoice": "in_1"})
     assert refused.value.status == 401 and refused.value.code == "not_authenticated" and retries == []
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_receiver_verifies_a_v1a_endpoint_with_its_public_key_alone(api, herald, example_receiver):
+    """examples/receiver.py started with a v1a endpoint's `whpk_` public key (the receiver holds nothing that
+    could sign) processes what Herald's worker signed with the private key, and refuses a v1 signature made
+    with a secret, and a v1a signature made with another key."""
+    port = free_port()
+    endpoint = create_endpoint(api, f"http://127.0.0.1:{port}/webhooks", event_types=["invoice.*"], signature="v1a")
+    assert endpoint["secret"].startswith("whpk_")
+    running = example_receiver(secret=endpoint["secret"], port=port)
+    event = api.send_event("invoice.paid", {"invoice": "in_v1a"})
+    wait_until(lambda: running.processed, message="the receiver to process the v1a webhook")
+    ((webhook_id, payload),) = running.processed
+    assert webhook_id == event["id"] and payload["data"] == {"invoice": "in_v1a"}
+    detail = wait_until(lambda: _delivery(api, event["deliveries"][0]["id"], "succeeded"), message="delivered")
+    assert [attempt["response_status"] for attempt in detail["attempts"]] == [200]
+
+    from webhooks import signing
+
+    body, v1 = _signed(generate_secret(), "evt_forged", PAYLOAD)
+    assert running.send(body, v1).status_code == 400
+    body, v1a = _signed(signing.generate_signing_key(signing.V1A), "evt_forged", PAYLOAD)
+    assert v1a["webhook-signature"].startswith("v1a,")
+    assert running.send(body, v1a).status_code == 400
+    assert [webhook_id for webhook_id, _ in running.processed] == [event["id"]]

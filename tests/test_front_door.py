@@ -1,6 +1,8 @@
 """The review's attacks on the HTTP reader, against the API as `gunicorn config.wsgi` starts it (gunicorn.conf.py's
-buffered worker, 2 x 4): each is answered 400/413 with `Connection: close` within a second, normal requests beside
-them stay fast, and nothing is stored (issue 21, item 1; SPEC §5)."""
+buffered worker, 2 x 4): each is answered 400/413 with `Connection: close` at once, normal requests beside
+them stay fast, and nothing is stored (issue 21, item 1; SPEC §5). "At once" and "fast" are bounded here by
+STALLED, with a wide margin for a loaded machine; the sub-second figures are the black-box front-door
+scenario's (docs/testing.md)."""
 import json
 import socket
 import time
@@ -11,13 +13,16 @@ import requests
 
 from blackbox.frontdoor import Answer, Attack, ask
 from intake.models import IdempotencyKey
-from tests.conftest import make_api
+from tests.conftest import make_api, wait_until
 from tests.processes import free_port, gunicorn, run_dir, warm
 from webhooks.models import Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 EVENT = b'{"type": "invoice.paid", "data": {"invoice": "in_1"}}'
+# Before the fixes these attacks held the worker for 8 to 46 s, or for ever (/healthz timed out after 10 s):
+# a refusal or a normal request slower than this is that bug, not the machine's load.
+STALLED = 3.0
 
 
 @pytest.fixture
@@ -29,6 +34,12 @@ def api():
 def server(processes):
     return warm(processes(gunicorn(free_port(), workers=None, threads=None, WEB_CLIENT_TIMEOUT_SECONDS=5,
                                    PROMETHEUS_MULTIPROC_DIR=run_dir("metrics"))))
+
+
+def _under_way(*attacks) -> None:
+    """Until each attack has had a first connection answered (or failed): the probes then run beside them."""
+    wait_until(lambda: all(attack.answers or attack.errors for attack in attacks), timeout=30,
+               message="the attacks under way")
 
 
 def _address(server) -> tuple[str, int]:
@@ -46,7 +57,7 @@ def _assert_refused(answer: Answer, status: int = 400, code: str = "malformed_re
     assert b"Connection: close" in answer.head and answer.closed, answer
     assert b"Content-Type: application/problem+json" in answer.head, answer
     assert json.loads(answer.body)["code"] == code, answer
-    assert answer.seconds < 1.0, answer
+    assert answer.seconds < STALLED, answer
 
 
 CHUNKED = b"Transfer-Encoding: chunked\r\n"
@@ -96,11 +107,11 @@ def test_well_formed_chunked_with_extensions_and_trailers_is_served_with_its_bod
     assert json.loads(bytes(Event.objects.get().payload))["data"] == {"invoice": "in_1"}   # the whole body arrived
 
 
-def _probe(server, api, seconds: float) -> list[float]:
+def _probe(server, api, seconds: float, at_least: int = 0) -> list[float]:
     """Normal requests one after another: a health check and an intake POST in turn; their latencies."""
     latencies, deadline = [], time.monotonic() + seconds
     headers = {"Authorization": f"Bearer {api.token}", "Content-Type": "application/json"}
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or len(latencies) < at_least:  # a slow machine probes longer
         started = time.monotonic()
         if len(latencies) % 2:
             response = requests.post(f"{server.url}/api/v1/events", data=EVENT, timeout=5,
@@ -109,7 +120,7 @@ def _probe(server, api, seconds: float) -> list[float]:
         else:
             assert requests.get(f"{server.url}/healthz", timeout=5).status_code == 200
         latencies.append(time.monotonic() - started)
-        time.sleep(0.02)
+        time.sleep(0.02)  # the input: the probe's pace
     return latencies
 
 
@@ -117,10 +128,10 @@ def test_eight_negative_chunk_sizes_do_not_stop_the_api(server, api):
     """Before: each such request spun the worker's event loop forever; with 8 open, /healthz timed out after 10 s."""
     attack = Attack(_address(server), lambda: post_head(api, CHUNKED) + b"-6\r\n" + EVENT + b"\r\n0\r\n\r\n", 8)
     attack.start()
-    time.sleep(0.3)
-    latencies = _probe(server, api, 3)
+    _under_way(attack)
+    latencies = _probe(server, api, 3, at_least=20)
     attack.stop()
-    assert len(latencies) >= 20 and max(latencies) < 1.0, latencies
+    assert len(latencies) >= 20 and max(latencies) < STALLED, latencies
     assert attack.answers and not attack.errors, attack.errors
     for answer in attack.answers:
         _assert_refused(answer)
@@ -139,11 +150,11 @@ def test_one_byte_chunks_and_huge_extensions_are_refused_early_beside_normal_tra
     ]
     for attack in attacks:
         attack.start()
-    time.sleep(0.3)
-    latencies = _probe(server, api, 3)
+    _under_way(attack)
+    latencies = _probe(server, api, 3, at_least=10)
     for attack in attacks:
         attack.stop()
-    assert len(latencies) >= 10 and max(latencies) < 1.0, latencies
+    assert len(latencies) >= 10 and max(latencies) < STALLED, latencies
     for attack in attacks:
         assert attack.answers and not attack.errors, attack.errors
         for answer in attack.answers:
@@ -160,5 +171,19 @@ def test_a_body_over_the_limit_in_any_encoding_is_413_and_the_slow_clients_prope
     # a head trickled a byte at a time still holds no thread: a normal request meanwhile is fast
     trickled = socket.create_connection(address, timeout=10)
     trickled.sendall(b"POST /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    assert max(_probe(server, api, 1)) < 1.0
+    assert max(_probe(server, api, 1)) < STALLED
     trickled.close()
+
+
+def test_a_request_line_over_4094_bytes_is_a_414_problem_not_gunicorns_page(server, api):
+    # found by schemathesis with a fresh seed: a GET with a long query got gunicorn's HTML "URI Too Long"
+    query = b"a" * 5000
+    answer = ask(_address(server), b"GET /api/v1/events?type=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                   b"Authorization: Bearer %s\r\n\r\n" % (query, api.token.encode()))
+    _assert_refused(answer, status=414, code="uri_too_long")
+    # under the limit the API itself answers (a type filter of 3,000 characters is not a valid type)
+    shorter = requests.get(f"{server.url}/api/v1/events?type=" + "a" * 3000,
+                           headers={"Authorization": f"Bearer {api.token}"})
+    assert (shorter.status_code, shorter.json()["code"]) == (400, "validation_error"), shorter.text
+
+

@@ -4,9 +4,10 @@ attacks against a running gunicorn are in tests/test_front_door.py; atheris fuzz
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, seed, settings, strategies as st
 
 from config.http_reader import Refusal, RequestReader
+from tests.fuzzing import SEED
 from tests.http_oracle import MAX_BODY, MAX_HEAD, check
 
 HEAD = b"POST /api/v1/events HTTP/1.1\r\nHost: h\r\n"
@@ -86,19 +87,21 @@ def test_bytes_on_the_wire_are_bounded_whatever_the_encoding():
 
 def test_work_is_linear_in_the_bytes_received():
     """The hand-written reader rescanned every earlier chunk on each read: 20,000 one-byte chunks took 8.4 s.
-    Four times the chunks must take about four times as long (quadratic would be sixteen)."""
+    Four times the chunks must take about four times as long (quadratic would be sixteen). Measured in this
+    thread's CPU time, not wall time: other processes on a loaded machine do not count; the bound on the small
+    run is a quarter of the old 8.4 s."""
     def seconds(chunks: int) -> float:
         data = CHUNKED + b"1\r\na\r\n" * chunks + b"0\r\n\r\n"
         best = float("inf")
         for _ in range(5):
             reader = RequestReader(MAX_HEAD, MAX_BODY, framing_allowance=len(data))
-            started = time.perf_counter()
+            started = time.thread_time()
             assert feed(data, reader) is True
-            best = min(best, time.perf_counter() - started)
+            best = min(best, time.thread_time() - started)
         return best
 
     small, large = seconds(20_000), seconds(80_000)
-    assert small < 0.5 and large / small < 8, (small, large)
+    assert small < 2.0 and large / small < 8, (small, large)
 
 
 # --- the differential check over generated requests -----------------------------------------------------------
@@ -175,6 +178,7 @@ def request(draw):
     return head + payload, valid, body if framing != "none" else b""
 
 
+@seed(SEED)  # fresh each run, printed in pytest's header (tests/fuzzing.py)
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(request(), min_size=1, max_size=3), st.lists(st.integers(0, 400), max_size=3),
        st.sampled_from([b"", b"\r\n"]))
@@ -204,3 +208,29 @@ def test_the_differential_check_sees_a_disagreement():
             check(CHUNKED + b"2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n", [len(CHUNKED) + 7])
     finally:
         http_oracle.RecordingReader = original
+
+
+def test_the_oracle_counts_only_gunicorns_own_parse_errors_as_its_refusals():
+    """The control: gunicorn refusing a request (one of gunicorn.http.errors' classes) is a refusal; anything
+    else raised on the way (here the oracle fed text, not bytes) is a bug and fails the test, never a verdict."""
+    from tests.http_oracle import gunicorns
+
+    assert gunicorns(HEAD + b"Content-Length: x\r\n\r\n", 1)[1] == "refused"
+    with pytest.raises(TypeError):
+        gunicorns((HEAD + b"\r\n").decode(), 1)
+
+
+def test_a_request_line_over_gunicorns_limit_is_414_whatever_its_method_and_pieces():
+    # gunicorn answers a request line over limit_request_line (4,094) with its own HTML page: the reader refuses
+    # it first (schemathesis found such a GET, a long query, answered by gunicorn's page). A target of 4,077 bytes
+    # fits the limit with any method ("OPTIONS" and " HTTP/1.1"); one more byte does not.
+    target = b"/" + b"a" * 4076
+    for method in (b"GET", b"OPTIONS"):
+        assert len(method + b" " + target + b" HTTP/1.1") <= 4094
+        whole = method + b" " + target + b" HTTP/1.1\r\nHost: h\r\n\r\n"
+        assert feed(whole, RequestReader(MAX_HEAD, MAX_BODY, max_line=4094)) is True
+        for piece in (7, 1000, 65536):
+            answer = feed(whole.replace(b"a ", b"ab ", 1), RequestReader(MAX_HEAD, MAX_BODY, max_line=4094), piece=piece)
+            assert isinstance(answer, Refusal) and answer.status == 414, (method, piece, answer)
+    # with no limit (gunicorn's 0), only the head's
+    assert feed(b"GET /" + b"a" * 8000 + b" HTTP/1.1\r\n\r\n", RequestReader(MAX_HEAD, MAX_BODY)) is True

@@ -13,6 +13,7 @@ from django.db import connection, transaction
 
 from intake.idempotency import store
 from intake.models import IdempotencyKey
+from tests.conftest import wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +52,7 @@ class Holder:
     """Another request holding a key, played by a second connection with the same advisory locks."""
 
     def __init__(self, key: store.Key):
-        self._timers: list[threading.Timer] = []
+        self._threads: list[threading.Thread] = []
         params = connection.get_connection_params()
         self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
                                     user=params.get("user"))
@@ -59,7 +60,10 @@ class Holder:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s), pg_advisory_xact_lock(%s, %s)",
                           [key_a, key_b, own_a, own_b])
 
-    def store_and_commit(self, key: store.Key, after: float) -> threading.Timer:
+        self._key_lock = (key_a, key_b)
+        self.saw_a_waiter = False
+
+    def store_and_commit_once_waited_on(self, key: store.Key) -> threading.Thread:
         def commit():
             self.conn.execute(
                 "INSERT INTO intake_idempotencykey (credential_id, key, fingerprint, method, path, response_status, "
@@ -67,25 +71,45 @@ class Holder:
                 "(%s, %s, %s, 'POST', '/api/v1/events', 202, '[]', '\\x7b7d', false, now(), now() + interval '1 day')",
                 [key.credential_id, key.key, key.fingerprint])
             self.conn.commit()
-        return self._later(after, commit)
+        return self._once_waited_on(commit)
 
-    def release(self, after: float = 0.0) -> threading.Timer:
-        return self._later(after, self.conn.rollback)
+    def release_once_waited_on(self) -> threading.Thread:
+        return self._once_waited_on(self.conn.rollback)
 
-    def _later(self, after, action):
-        timer = threading.Timer(after, action)
-        timer.start()
-        self._timers.append(timer)
-        return timer
+    def release(self) -> None:
+        self.conn.rollback()
+
+    def _once_waited_on(self, action) -> threading.Thread:
+        """Run `action` (let go) once PostgreSQL shows another session waiting for the key's lock: the claim
+        is seen waiting, whatever the machine's load (no timer races the claim)."""
+        def run():
+            try:
+                wait_until(self._waited_on, timeout=30, interval=0.002, message="a claim waiting for the key")
+                self.saw_a_waiter = True
+            finally:
+                action()
+        thread = threading.Thread(target=run)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def _waited_on(self) -> bool:
+        # on the holder's own connection (inside its transaction): pg_locks is read live, not from a snapshot
+        return self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND NOT granted"
+            " AND classid = (%s::int4)::oid AND objid = (%s::int4)::oid)", self._key_lock).fetchone()[0]
 
     def close(self):
-        for timer in self._timers:  # an action still due runs first: never on a closed connection
-            timer.join()
+        for thread in self._threads:  # an action still due runs first: never on a closed connection
+            thread.join()
         self.conn.close()
 
 
 @pytest.fixture
-def key(api):
+def key(api, monkeypatch):
+    # a busy wait longer than any scheduling delay of a loaded machine: the holders below let go once they
+    # see the claim waiting, so the claim never depends on how soon a thread runs
+    monkeypatch.setattr(store, "BUSY_WAIT_MS", 30_000)
     return store.Key(credential_id=api.credential.id, key="claimed-key-0001", fingerprint="a" * 64)
 
 
@@ -97,40 +121,46 @@ def _claim(key):
 
 def test_a_claim_waits_briefly_for_a_holder_that_lets_go(key):
     holder = Holder(key)
+    holder.release()  # a request that died or rolled back (5xx)
     try:
-        holder.release(after=0.010).join()  # a request that died or rolled back (5xx)
         claimed, _ = _claim(key)
         assert claimed is None  # no holder: held at once
-
-        holder = Holder(key)
-        holder.release(after=0.010)
-        claimed, elapsed = _claim(key)
-        assert claimed is None and elapsed >= 0.009  # waited for it, then held it
     finally:
         holder.close()
+
+    holder = Holder(key)
+    try:
+        holder.release_once_waited_on()
+        claimed, _ = _claim(key)
+    finally:
+        holder.close()
+    assert holder.saw_a_waiter and claimed is None  # waited for it (PostgreSQL showed it waiting), then held it
 
 
 def test_a_claim_answers_from_the_row_a_holder_committed_while_it_waited(key):
     holder = Holder(key)
     try:
-        holder.store_and_commit(key, after=0.010)
-        claimed, elapsed = _claim(key)
+        holder.store_and_commit_once_waited_on(key)
+        claimed, _ = _claim(key)
     finally:
         holder.close()
+    assert holder.saw_a_waiter
     assert isinstance(claimed, store.Existing) and claimed.response_status == 202 and claimed.response_body == b"{}"
 
 
-def test_a_claim_gives_up_after_the_busy_wait_and_tells_a_duplicate_from_a_mismatch(key):
+def test_a_claim_gives_up_after_the_busy_wait_and_tells_a_duplicate_from_a_mismatch(key, monkeypatch):
+    monkeypatch.setattr(store, "BUSY_WAIT_MS", 25)  # the real wait: nobody lets go here
     holder = Holder(key)
     try:
         started = time.monotonic()
         with pytest.raises(store.KeyBusy):
             _claim(key)
-        assert store.BUSY_WAIT_MS / 1000 <= time.monotonic() - started < 0.5
+        # at least the busy wait; the upper bound only says it gave up (a held key is held for 30 s here)
+        assert store.BUSY_WAIT_MS / 1000 <= time.monotonic() - started < 10
         assert store.key_busy(key) == store.Busy(same_request=True)
         other = store.Key(credential_id=key.credential_id, key=key.key, fingerprint="b" * 64)
         assert store.key_busy(other) == store.Busy(same_request=False)
-        holder.release().join()
+        holder.release()
         assert store.key_busy(key) is None  # nobody holds it now: the caller looks again
     finally:
         holder.close()
@@ -141,12 +171,13 @@ def test_the_busy_wait_leaves_lock_timeout_as_it_was(key, api):
         cursor.execute("SET LOCAL lock_timeout = '7s'")
         holder = Holder(key)
         try:
-            holder.release(after=0.010)
+            holder.release_once_waited_on()
             assert store.key_claim(key) is None
             cursor.execute("SHOW lock_timeout")
             assert cursor.fetchone()[0] == "7s"
         finally:
             holder.close()
+    assert holder.saw_a_waiter
 
 
 def _new_key() -> str:

@@ -1,10 +1,11 @@
 """The intake's event input without the serializer (intake.serializers.event_create_input) accepts only
 what EventCreateInput accepts, with the same validated data; everything else goes to the serializer."""
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 from intake.serializers import EventCreateInput, event_create_input
+from tests.fuzzing import SEED
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
@@ -35,6 +36,7 @@ def _inputs(draw):
     return data
 
 
+@seed(SEED)  # fresh each run, printed in pytest's header (tests/fuzzing.py)
 @settings(max_examples=600, deadline=None)
 @given(_inputs())
 def test_what_the_fast_path_accepts_the_serializer_accepts_the_same(data):

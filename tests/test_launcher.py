@@ -8,7 +8,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 
 import pytest
 import requests
@@ -92,10 +91,15 @@ def test_scripts_up_runs_everything_and_its_curl_produces_a_delivery():
             raise
     assert up.returncode is not None
     copier.join(10)
-    # Ctrl-C stopped every process it started
-    time.sleep(0.5)
-    leftovers = subprocess.run(["pgrep", "-g", str(up.pid)], capture_output=True, text=True).stdout.split()
-    assert leftovers == [], shlex.join(leftovers)
+    # Ctrl-C stopped every process it started: its process group empties (a child may take a moment to exit
+    # after honcho; one that stays is the failure)
+    def leftovers() -> list[str]:
+        return subprocess.run(["pgrep", "-g", str(up.pid)], capture_output=True, text=True).stdout.split()
+
+    try:
+        wait_until(lambda: not leftovers(), timeout=15, message="scripts/up's process group to empty")
+    except AssertionError:
+        raise AssertionError(shlex.join(leftovers())) from None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # honcho colours each line's prefix in a terminal

@@ -16,6 +16,7 @@ from standardwebhooks import Webhook
 from testkit.local_server import LocalServer, QuietHandler
 from tests.conftest import subprocess_env, wait_until
 from tests.processes import BIN, RUN_DIR, Process, free_port, gunicorn
+from tests.receiver import Answer
 from webhooks.models import Delivery, Endpoint, Event
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -142,8 +143,8 @@ def test_an_unreachable_local_server_keeps_the_messages_until_it_answers_in_orde
     process = listen(server, api.token, "--forward-to", f"http://127.0.0.1:{local.port}/hook")
     try:
         events = [post_event(server, api.token, "invoice.paid", {"n": n}) for n in range(2)]
-        wait_until(lambda: "→ no answer" in process.output())
-        time.sleep(1)
+        # kept: listen tried again after the first failure (a later pass through the same path), acknowledging nothing
+        wait_until(lambda: process.output().count("→ no answer") >= 2, timeout=30, message="a second failed forward")
         delivery_ids = [e["deliveries"][0]["id"] for e in events]
         assert Delivery.objects.filter(pk__in=delivery_ids, status="pending").count() == 2  # kept
         local.start()
@@ -187,36 +188,103 @@ def test_an_http_endpoint_or_a_missing_token_is_refused_with_a_sentence(server, 
     assert done.returncode == 2 and "a token is needed" in done.stderr
 
 
-def test_with_tenant_every_call_goes_under_the_tenants_path(receiver):
-    """A platform credential acts for a tenant through /api/v1/tenants/{tenant}/… (SPEC §10; the platform
-    API is another branch's): a scripted stand-in for Herald records the paths `listen --tenant` calls."""
-    from tests.stub_http import Step, StubServer
-    from webhooks.signing import generate_secret, webhook_headers
+def test_with_tenant_every_call_goes_under_the_tenants_path(server, receiver):
+    """A platform credential acts for a tenant through /api/v1/tenants/{tenant}/… (SPEC §10): `listen --tenant`
+    against the real API, through a recording proxy (tests/stub_http.py with an upstream: every request is
+    forwarded to Herald and answered with Herald's answer) that shows which paths it called."""
+    from urllib.parse import quote
 
-    secret = generate_secret()
-    body = b'{"type":"invoice.paid","timestamp":"2026-12-01T00:00:00.000000Z","data":{}}'
-    headers = webhook_headers(secrets=[secret], msg_id="evt_1", timestamp=int(time.time()), body=body,
-                              user_agent="Herald/test")
-    endpoint = {"id": "ep_1", "kind": "poll", "url": None, "event_types": []}
-    page = {"data": [{"delivery_id": "dlv_1", "headers": headers, "body": body.decode()}], "next_cursor": "1"}
-    empty = [Step(200, {"data": [], "next_cursor": "1"}, hang=0.2) for _ in range(100)]
-    stub = StubServer(Step(201, endpoint), Step(200, {"secret": secret}), Step(200, page), *empty)
-    process = Process("listen", [str(BIN / "herald"), "listen", "--api", stub.url, "--token", "hrld_platform",
-                                 "--tenant", "cust:42", "--forward-to", receiver.url("/t")], subprocess_env(),
+    from tests.stub_http import StubServer
+    from tests.test_client_platform import _platform_token
+
+    token = _platform_token()
+    auth = {"Authorization": f"Bearer {token}"}
+    uid = f"cust:{uuid.uuid4().hex[:8]}"
+    made = requests.post(f"{server.url}/api/v1/tenants", json={"name": "Cust", "uid": uid}, timeout=10,
+                         headers={**auth, "Idempotency-Key": str(uuid.uuid4())})
+    assert made.status_code == 201, made.text
+    prefix = f"/api/v1/tenants/{quote(uid, safe='')}/"
+    proxy = StubServer(upstream=server.url)
+    process = Process("listen", [str(BIN / "herald"), "listen", "--api", proxy.url, "--token", token,
+                                 "--tenant", uid, "--forward-to", receiver.url("/t")], subprocess_env(),
                       ready="Forwarding to")
     try:
-        got = receiver.wait_for(1, "/t")
-        Webhook(secret).verify(got[0].body, got[0].headers)
+        event = requests.post(f"{server.url}{prefix}events", json={"type": "invoice.paid", "data": {}}, timeout=10,
+                              headers={**auth, "Idempotency-Key": str(uuid.uuid4())})
+        assert event.status_code == 202, event.text
+        (endpoint_id,) = [d["endpoint_id"] for d in event.json()["deliveries"]]
+        got = receiver.wait_for(1, "/t", timeout=30)
+        secret = requests.get(f"{server.url}{prefix}endpoints/{endpoint_id}/secret", headers=auth, timeout=10)
+        Webhook(secret.json()["secret"]).verify(got[0].body, got[0].headers)
+        assert got[0].headers["webhook-id"] == event.json()["id"]
         # the forward is acknowledged by the read after it; stopping before that read would race it
-        wait_until(lambda: len(stub.requests) >= 4, message="the read after the forward")
+        wait_until(lambda: Delivery.objects.filter(endpoint_id=endpoint_id, status=Delivery.SUCCEEDED).exists(),
+                   message="the read after the forward acknowledging it")
+        assert stop(process) == 0
+    finally:
+        process.stop()
+        proxy.close()
+    paths = [(r.method, r.path.split("?")[0]) for r in proxy.requests]
+    assert paths[:3] == [("POST", prefix + "endpoints"), ("GET", prefix + f"endpoints/{endpoint_id}/secret"),
+                         ("GET", prefix + f"endpoints/{endpoint_id}/messages")]
+    assert paths[-1] == ("DELETE", prefix + f"endpoints/{endpoint_id}")
+    assert all(path.startswith(prefix) for _, path in paths)
+    # Herald accepted every call (the long-poll under way at SIGINT is cut: no answer), and the page was
+    # acknowledged by the read after it
+    assert all(r.upstream_status < 400 for r in proxy.requests if r.upstream_status is not None), \
+        [(r.method, r.path, r.upstream_status) for r in proxy.requests]
+    assert any("after=" in r.path for r in proxy.requests if "/messages" in r.path)
+    assert not Endpoint.objects.filter(pk=endpoint_id, deleted_at__isnull=True).exists()  # SIGINT deleted it
+
+
+def test_what_a_hostile_server_sends_is_not_trusted(receiver):
+    """A stand-in for a Herald that was taken over (or a proxy in front of it): `listen` forwards only the
+    signature's headers and the content type, prints no terminal escape sequence it was sent, skips a message
+    it cannot forward (a header with a line break) rather than holding up the ones after it, and shows a
+    local redirect as an answer, without a traceback."""
+    from tests.stub_http import Step, StubServer
+    from webhooks.delivery.signing import generate_secret, webhook_headers
+
+    secret = generate_secret()
+
+    def message(n: int, event_type: str, **extra_headers: str) -> dict:
+        body = json.dumps({"type": event_type, "timestamp": "2026-12-01T00:00:00.000000Z", "data": {"n": n}})
+        headers = webhook_headers(secrets=[secret], msg_id=f"evt_{n}", timestamp=int(time.time()),
+                                  body=body.encode(), user_agent="Herald/test")
+        return {"delivery_id": f"dlv_{n}", "headers": {**headers, **extra_headers}, "body": body}
+
+    hostile = message(1, "invoice.paid\x1b]0;owned\x07\x1b[2J", Host="evil.example", Authorization="Bearer stolen",
+                      Cookie="session=stolen", **{"Transfer-Encoding": "chunked", "Content-Length": "5",
+                                                  "X-Extra": "1"})
+    broken = message(2, "invoice.paid")
+    broken["headers"]["webhook-id"] = "evt_2\r\nX-Injected: 1"
+    page = {"data": [hostile, broken, message(3, "invoice.paid"), message(4, "invoice.redirected")],
+            "next_cursor": "1"}
+    endpoint = {"id": "ep_1", "kind": "poll", "url": None, "event_types": ["\x1b[8m*"]}
+    empty = [Step(200, {"data": [], "next_cursor": "1"}, hang=0.2) for _ in range(100)]
+    stub = StubServer(Step(201, endpoint), Step(200, {"secret": secret + "\x1b[0m"}), Step(200, page), *empty)
+    receiver.script("/t", 200, 200, Answer(302, (("Location", "http://[not-a-url"),), b""))
+    process = Process("listen", [str(BIN / "herald"), "listen", "--api", stub.url, "--token", "hrld_x",
+                                 "--forward-to", receiver.url("/t")], subprocess_env(), ready="Forwarding to")
+    try:
+        got = receiver.wait_for(3, "/t", timeout=30)
+        wait_until(lambda: "evt_4" in process.output(), message="the line of the redirected message")
+        wait_until(lambda: len(stub.requests) >= 4, message="the read after the page")
         assert stop(process) == 0
     finally:
         process.stop()
         stub.close()
-    paths = [(r.method, r.path.split("?")[0]) for r in stub.requests]
-    prefix = "/api/v1/tenants/cust%3A42/"
-    assert paths[:3] == [("POST", prefix + "endpoints"), ("GET", prefix + "endpoints/ep_1/secret"),
-                         ("GET", prefix + "endpoints/ep_1/messages")]
-    assert paths[-1] == ("DELETE", prefix + "endpoints/ep_1")
-    assert all(path.startswith(prefix) for _, path in paths)
-    assert "after=1" in stub.requests[3].path  # the page was acknowledged by the next read
+    first, third, fourth = got
+    assert set(first.headers) - {"host", "content-length", "connection", "accept", "accept-encoding", "user-agent"} \
+        == {"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"}
+    assert first.headers["host"] == f"127.0.0.1:{receiver.port}" and "authorization" not in first.headers
+    assert "cookie" not in first.headers and "transfer-encoding" not in first.headers
+    assert first.headers["content-length"] == str(len(first.body))
+    assert third.headers["webhook-id"] == "evt_3" and Webhook(secret).verify(third.body, third.headers)
+    assert fourth.headers["webhook-id"] == "evt_4"
+    output = process.output()
+    assert "\x1b" not in output and "\x07" not in output
+    assert "→ skipped  evt_2" in output and "X-Injected" in output and "POST /deliveries/dlv_2/retry" in output
+    assert "→ 302 in" in output and "evt_4 invoice.redirected  (a redirect: not followed)" in output
+    assert "Traceback" not in output
+    assert "after=1" in stub.requests[3].path  # the page, the skipped message with it, was acknowledged

@@ -7,7 +7,6 @@ import json
 import logging
 import logging.config
 import re
-import time
 
 import pytest
 from celery.app import trace
@@ -15,6 +14,7 @@ from django.conf import settings
 
 from tests.conftest import wait_until
 from tests.processes import celery_beat, celery_worker
+from webhooks.models import DISPATCHER, Heartbeat
 
 
 @pytest.fixture
@@ -113,7 +113,17 @@ def test_processes_without_a_terminal_write_json_and_nothing_per_idle_tick(proce
     from config.ops import dispatcher_age
 
     wait_until(lambda: (age := dispatcher_age()) is not None and age < 2, message="the dispatcher to run")
-    time.sleep(2)  # four more dispatcher intervals (0.5 s in tests), all idle
+    # four more idle dispatcher runs, each seen as a new heartbeat; the worker runs one task at a time, so the
+    # first three have logged all they would by the time the fourth writes its heartbeat
+    seen = [Heartbeat.objects.get(name=DISPATCHER).at]
+
+    def beats_seen() -> int:
+        at = Heartbeat.objects.get(name=DISPATCHER).at
+        if at != seen[-1]:
+            seen.append(at)
+        return len(seen) - 1
+
+    wait_until(lambda: beats_seen() >= 4, interval=0.02, message="four more dispatcher runs")
 
     for process in (worker, beat):
         lines = [line for line in process.output().splitlines() if line.startswith("{")]

@@ -15,7 +15,7 @@ from tests.processes import celery_beat, celery_worker, free_port, gunicorn, run
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryCount, DeliveryLease, DeliveryOutbox, Endpoint, Event, Heartbeat, Tenant
 from webhooks.delivery.retries import delivery_retry
-from webhooks.engine import delivery_attempt
+from webhooks.delivery.engine import delivery_attempt
 from webhooks.services.endpoints import endpoint_delete, endpoint_disable
 from webhooks.services.events import event_ingest
 from webhooks.services.retention import events_prune

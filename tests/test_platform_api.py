@@ -406,5 +406,80 @@ def test_a_deleted_tenant_stops_at_once_and_beat_erases_everything_it_owns(platf
     # attempt that may have been in flight as it was deleted)
     assert len(receiver.requests_to("/doomed-slow")) <= sent_before + 1 < 12
     kept_rows = owned_rows(kept["id"])
-    assert (kept_rows["events"], kept_rows["deliveries"], kept_rows["endpoints"], kept_rows["credentials"]) == (3, 3, 1, 0)
+    assert (kept_rows["webhooks.Event"], kept_rows["webhooks.Delivery"], kept_rows["webhooks.Endpoint"],
+            kept_rows["intake.ApiCredential"]) == (3, 3, 1, 0)
     assert _ok(platform.get(f"tenants/{kept['uid']}/events"), 200)["data"]
+
+
+def test_a_credential_made_while_its_tenant_is_deleted_never_works(platform):
+    """`POST /tenants/{t}/credentials` and `DELETE /tenants/{t}` sent at the same moment, round after round,
+    each on a connection of its own: whichever wins, no live credential of a deleted tenant is left, and a
+    token the POST handed out is refused."""
+    from intake.models import ApiCredential
+
+    leaked, made = [], 0
+    for round_number in range(40):
+        tenant = _tenant(platform, f"race-{round_number}")
+        callers = [Caller(platform.url, platform.token) for _ in range(2)]
+        go, answers = threading.Barrier(2), [None, None]
+
+        def mint() -> None:
+            go.wait()
+            answers[0] = callers[0].post(f"tenants/{tenant['id']}/credentials")
+
+        def delete() -> None:
+            go.wait()
+            answers[1] = callers[1].delete(f"tenants/{tenant['id']}")
+
+        threads = [threading.Thread(target=mint), threading.Thread(target=delete)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert answers[1].status_code == 202, answers[1].text
+        assert answers[0].status_code in (201, 404), answers[0].text
+        if answers[0].status_code == 201:
+            made += 1
+            token = Caller(platform.url, answers[0].json()["token"])
+            if token.get("endpoints").status_code != 401:
+                leaked.append((tenant["id"], "answered"))
+        live = ApiCredential.objects.filter(tenant_id=tenant["id"], revoked_at__isnull=True).count()
+        if live:
+            leaked.append((tenant["id"], f"{live} live"))
+        for caller in callers:
+            caller.session.close()
+    assert leaked == [], f"{len(leaked)} of 40 rounds left a live credential ({made} minted): {leaked}"
+
+
+def test_a_platform_key_is_its_tenants_and_goes_with_it(platform):
+    """SPEC §10: a platform's key on /tenants/{tenant}/… is scoped to the tenant's id, whether the path named
+    its id or its uid. A new tenant given a deleted tenant's uid executes a same-key POST (no replay of the
+    old tenant's answer, even before the erasure ran), and the erasure takes the old tenant's stored answers
+    with it. Two live tenants are two scopes for one key."""
+    uid = f"reused-{uuid.uuid4().hex[:10]}"
+    old = _ok(platform.post("tenants", {"name": "old", "uid": uid}), 201)
+    other = _tenant(platform, "other")
+    key, body = f"key-{uuid.uuid4()}", {"type": "invoice.paid", "data": {"secret-ish": "old tenant's data"}}
+    first = platform.post(f"tenants/{uid}/events", body, key=key)
+    assert first.status_code == 202, first.text
+    assert platform.post(f"tenants/{uid}/events", body, key=key).headers.get("Idempotent-Replay") == "true"
+    # the same key for another tenant is another request (not idempotency_key_reused)
+    elsewhere = platform.post(f"tenants/{other['uid']}/events", body, key=key)
+    assert elsewhere.status_code == 202 and "Idempotent-Replay" not in elsewhere.headers, elsewhere.text
+    assert IdempotencyKey.objects.filter(tenant_id=old["id"]).count() == 1
+
+    _ok(platform.delete(f"tenants/{uid}"), 202)
+    # a path naming no live tenant: 404 before the key is taken, nothing stored
+    _problem(platform.post(f"tenants/{uid}/events", body, key=f"key-{uuid.uuid4()}"), 404, "not_found")
+    new = _ok(platform.post("tenants", {"name": "new", "uid": uid}), 201)
+    second = platform.post(f"tenants/{uid}/events", body, key=key)
+    assert second.status_code == 202 and "Idempotent-Replay" not in second.headers, second.text
+    assert second.json()["id"] != first.json()["id"]
+    assert IdempotencyKey.objects.filter(tenant_id=new["id"]).count() == 1
+
+    # beat's erasure takes the old tenant's stored answers (the platform's), and leaves the new one's
+    wait_until(lambda: not any(owned_rows(old["id"]).values()), timeout=90, interval=0.5,
+               message=f"the erasure of {old['id']}: {owned_rows(old['id'])}")
+    assert not IdempotencyKey.objects.filter(tenant_id=old["id"]).exists()
+    assert IdempotencyKey.objects.filter(tenant_id=new["id"]).count() == 1
+    assert platform.post(f"tenants/{uid}/events", body, key=key).headers.get("Idempotent-Replay") == "true"

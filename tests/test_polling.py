@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 from tests.conftest import create_endpoint, wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Endpoint, Event
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
-from webhooks.delivery.leases import deliveries_claim
+from webhooks.delivery.claim import deliveries_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,11 +123,13 @@ def test_reading_after_a_cursor_acknowledges_what_was_served_up_to_it(api):
     before = attempts_succeeded()
     first = messages(api, endpoint, limit=2)
     assert [m["delivery_id"] for m in first["data"]] == ids[:2]
-    # reading the same page again (no cursor) serves it again: nothing is acknowledged by reading
-    assert messages(api, endpoint, limit=2) == {**first, "data": [
+    # reading the same page again (no cursor) serves it again: nothing is acknowledged by reading (signed anew: its
+    # timestamp and signature are the new read's own, whichever second it falls in)
+    again = messages(api, endpoint, limit=2)
+    assert again == {**first, "data": [
         {**m, "headers": {**m["headers"], "webhook-timestamp": n["headers"]["webhook-timestamp"],
                           "webhook-signature": n["headers"]["webhook-signature"]}}
-        for m, n in zip(first["data"], messages(api, endpoint, limit=2)["data"])]}
+        for m, n in zip(first["data"], again["data"])]}
     assert Delivery.objects.filter(pk__in=ids, status="pending").count() == 5
 
     second = messages(api, endpoint, after=first["next_cursor"], limit=2)
@@ -249,15 +251,19 @@ def test_where_the_worker_cannot_park_a_wait_holds_its_thread_and_only_POLL_THRE
         finally:
             connection.close()
 
-    first = threading.Thread(target=wait_in_thread, args=("first", 5))
+    from intake import views
+
+    first = threading.Thread(target=wait_in_thread, args=("first", 30))
     first.start()
-    time.sleep(0.5)
-    wait_in_thread("second", 5)   # the one waiter's place is taken: answered at once, empty
-    assert results["second"][0]["data"] == [] and results["second"][1] < 1.0
+    # the one waiter's place is taken once the first wait holds the view's semaphore (its count reads 0)
+    wait_until(lambda: views._thread_waiters._value == 0, timeout=20, message="the first wait holding its place")
+    wait_in_thread("second", 30)   # answered at once, empty: not after its 30 s wait
+    assert results["second"][0]["data"] == [] and results["second"][1] < 15
     event = post_events(api, 1)[0]
-    first.join(10)
+    first.join(60)
     page, elapsed = results["first"]
-    assert [m["headers"]["webhook-id"] for m in page["data"]] == [event["id"]] and elapsed < 2.0
+    # the message, well before the wait's 30 s deadline (at which it would have answered an empty page)
+    assert [m["headers"]["webhook-id"] for m in page["data"]] == [event["id"]] and elapsed < 15
     started = time.monotonic()
     assert messages(api, endpoint, after=page["next_cursor"], wait=0.5)["data"] == []
-    assert 0.45 <= time.monotonic() - started < 2.0
+    assert time.monotonic() - started >= 0.45  # waited its wait (the upper bound is the test's timeout)

@@ -214,3 +214,36 @@ def test_events_are_listed_by_type_with_their_deliveries_and_only_the_tenants(ap
     assert paid["deliveries"][0]["id"] in listed  # each event links its deliveries, with their status
     filtered = client.get("/portal/events", {"type": "customer.created"}).content.decode()
     assert created["id"] in filtered and paid["id"] not in filtered
+
+
+def test_a_broker_endpoint_is_created_shown_and_edited_without_its_credentials(api):
+    from webhooks.models import EndpointAccess
+
+    client = _portal(api)
+    url = "amqp://shop:p4ss-word@127.0.0.1:5672/orders"
+    foreign = client.post("/portal/endpoints/new", {"kind": "amqp", "url": url, "exchange": "x", "routing_key": "k",
+                                                    "subject": "nats.only"})
+    assert foreign.status_code == 400 and b"Not a field of a amqp endpoint" in foreign.content
+    missing = client.post("/portal/endpoints/new", {"kind": "amqp", "url": url, "exchange": "x"})
+    assert missing.status_code == 400 and Endpoint.objects.count() == 0
+    created = client.post("/portal/endpoints/new", {"kind": "amqp", "url": url, "exchange": "orders",
+                                                    "routing_key": "paid", "event_types": "invoice.*"})
+    assert created.status_code == 302, created.content.decode()[-2000:]
+    endpoint = Endpoint.objects.get()
+    assert endpoint.kind == "amqp" and endpoint.url == "amqp://127.0.0.1:5672/orders"
+    page = client.get(f"/portal/endpoints/{endpoint.pk}").content.decode()
+    assert "p4ss-word" not in page and "shop:" not in page
+    assert 'value="paid"' in page and 'id="headers-form"' not in page  # no HTTP access on a broker
+    # saved with the URL as shown: its credentials stay; the routing key changes
+    saved = client.post(f"/portal/endpoints/{endpoint.pk}", {"form": "edit", "url": endpoint.url, "exchange": "orders",
+                                                            "routing_key": "paid.eu", "enabled": "on"})
+    assert saved.status_code == 302, saved.content.decode()[-2000:]
+    row = EndpointAccess.objects.get(endpoint=endpoint)
+    assert row.destination["routing_key"] == "paid.eu"
+    from webhooks import crypto
+
+    assert crypto.decrypt(row.encrypted_url) == url
+    bad = client.post(f"/portal/endpoints/{endpoint.pk}", {"form": "edit", "url": endpoint.url, "routing_key": "a" * 300,
+                                                          "enabled": "on"})
+    assert bad.status_code == 400
+    assert EndpointAccess.objects.get(endpoint=endpoint).destination["routing_key"] == "paid.eu"

@@ -44,19 +44,24 @@ def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, re
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     base = herald.url
-    broken = []
+    broken, blocked = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("response", lambda r: broken.append(f"{r.status} {r.url}")
                     if r.status >= 400 and not r.url.endswith("/favicon.ico") else None)
+            # what the Content Security Policy blocked, as Chromium reports it (config/browser_headers.py)
+            page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
 
             # the one-time link opens the tenant's portal
             page.goto(base + link)
             page.click("#continue")
             expect(page).to_have_url(f"{base}/portal/")
             expect(page.locator("header")).to_contain_text("acme")
+            # the page's own <style> applied under the policy (its nonce)
+            assert page.evaluate("getComputedStyle(document.querySelector('header')).backgroundColor") \
+                == "rgb(29, 35, 48)"
             cookie = next(c for c in page.context.cookies() if c["name"] == "sessionid")
             assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
 
@@ -141,6 +146,7 @@ def test_a_tenant_developer_works_with_their_endpoints_in_the_browser(herald, re
 
     for name in PAGES:
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 0, name
+    assert blocked == []  # nothing of the portal's pages was refused by their policy
     # the expected refusals only: the not-found page and the page after logout
     assert sorted(status.split()[0] for status in broken) == ["403", "404"], broken
     # every request the receiver got was signed with the secret the portal revealed (before the rotation)

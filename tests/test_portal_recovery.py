@@ -68,6 +68,15 @@ def test_a_disabled_endpoint_is_refused_on_the_page(api, failed):
     assert Recovery.objects.count() == 0
 
 
+def test_a_second_resend_while_one_runs_is_refused_on_the_page(api, failed):
+    client = _portal(api)
+    first = client.post(f"/portal/endpoints/{failed['endpoint']}/recover", {"since": "2026-03-01T13:00"})
+    assert first.status_code == 302
+    again = client.post(f"/portal/endpoints/{failed['endpoint']}/recover", {"since": "2026-03-01T12:00"})
+    assert again.status_code == 409 and b"A recovery of this endpoint is running" in again.content
+    assert Recovery.objects.count() == 1
+
+
 def test_another_tenants_endpoint_and_recovery_are_not_found(api, other_api, failed):
     client = _portal(other_api)
     assert client.post(f"/portal/endpoints/{failed['endpoint']}/recover",

@@ -2,6 +2,7 @@
 microsocks for SOCKS5, Debian's packages, run by the test), which is told to connect to the address Herald
 resolved and checked itself; TLS is still verified against the URL's host name."""
 import contextlib
+import socket
 
 import pytest
 import trustme
@@ -9,7 +10,7 @@ import trustme
 from tests.access_servers import Proxy, TlsReceiver, TokenServer
 from tests.conftest import create_endpoint
 from webhooks.models import Delivery, DeliveryAttempt
-from webhooks.engine import delivery_attempt
+from webhooks.delivery.engine import delivery_attempt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_tokens")]
 
@@ -18,16 +19,20 @@ NAME = "egress.herald-test.example"
 
 @contextlib.contextmanager
 def _hosts_entry(name, address):
-    """Point `name` at `address` via /etc/hosts (read by the resolver on every lookup)."""
-    with open("/etc/hosts") as f:
-        original = f.read()
+    """`name` resolves to `address` in this process, as an /etc/hosts line would make it: the engine runs here
+    and looks its hosts up with the system's getaddrinfo (webhooks/transport.py), then has libcurl and the
+    proxy connect to the address it checked, so no other resolver is asked. Every other name is looked up
+    as before, and the machine's /etc/hosts is never written (two test processes share it)."""
+    lookup = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        return lookup(address if host == name else host, port, *args, **kwargs)
+
+    socket.getaddrinfo = getaddrinfo
     try:
-        with open("/etc/hosts", "w") as f:
-            f.write(original.rstrip("\n") + f"\n{address} {name}\n")
         yield
     finally:
-        with open("/etc/hosts", "w") as f:
-            f.write(original)
+        socket.getaddrinfo = lookup
 
 
 @pytest.fixture

@@ -179,3 +179,58 @@ def test_an_endpoint_disabled_meanwhile_ends_the_recovery_after_its_batch(api, o
     assert (final["status"], final["total"], final["done"]) == ("completed", 6, 2)
     assert Delivery.objects.filter(status=Delivery.FAILED).count() == 6
     assert Delivery.objects.filter(status=Delivery.PENDING).count() == 0
+
+
+# -- one running recovery per endpoint (SPEC §11) ---------------------------------------------------
+
+
+def test_a_second_recovery_while_one_runs_is_409_recovery_in_progress(api, outage):
+    body = {"since": "2026-03-01T12:00:00Z"}
+    first = _recover(api, outage["endpoint"], body)
+    assert first.status_code == 202
+    again = _recover(api, outage["endpoint"], {"since": "2026-03-01T14:00:00Z"})
+    assert again.status_code == 409 and again["Content-Type"] == "application/problem+json"
+    assert again.json()["code"] == "recovery_in_progress" and first.json()["id"] in again.json()["detail"]
+    assert Recovery.objects.count() == 1
+    # another endpoint's recovery is not held back by it
+    other = api.post("endpoints", {"url": "https://b.example.com/"}).json()
+    assert _recover(api, other["id"], body).status_code == 202
+    # once the first completes, the endpoint may be recovered again
+    Recovery.objects.filter(pk=first.json()["id"]).update(status=Recovery.COMPLETED)
+    assert _recover(api, outage["endpoint"], body).status_code == 202
+
+
+def test_recoveries_posted_at_the_same_moment_to_a_live_api_start_one_per_endpoint(api, processes):
+    """Four recovers of each endpoint, sent at once from four threads to gunicorn's threads: exactly one
+    starts, the others are 409 recovery_in_progress, round after round (no worker runs: they stay running)."""
+    import threading
+    import uuid
+
+    import requests
+
+    from tests.processes import free_port, gunicorn, warm
+
+    server = warm(processes(gunicorn(free_port(), workers=2, threads=4)))
+    endpoints = [api.post("endpoints", {"url": f"https://r{n}.example.com/"}).json()["id"] for n in range(15)]
+    sessions = [requests.Session() for _ in range(4)]
+    for endpoint_id in endpoints:
+        answers: list = [None] * 4
+        go = threading.Barrier(4)
+
+        def recover(i: int) -> None:
+            go.wait()
+            answers[i] = sessions[i].post(
+                f"{server.url}/api/v1/endpoints/{endpoint_id}/recover", json={"since": "2026-03-01T12:00:00Z"},
+                timeout=30, headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": f"rcv-{uuid.uuid4()}"})
+
+        threads = [threading.Thread(target=recover, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [202, 409, 409, 409], [answer.content for answer in answers]
+        assert {a.json()["code"] for a in answers if a.status_code == 409} == {"recovery_in_progress"}
+        assert Recovery.objects.filter(endpoint_id=endpoint_id, status=Recovery.RUNNING).count() == 1
+    for session in sessions:
+        session.close()

@@ -12,7 +12,7 @@ import pytest
 import requests
 from django.db import transaction
 
-from tests.conftest import create_endpoint, wait_until
+from tests.conftest import attempts_max_overlap, create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker, free_port, gunicorn
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryOutbox, Event, Recovery, Tenant
@@ -48,17 +48,28 @@ def _recovery_done(api, recovery_id: str, timeout: float = 60, seen: list | None
     return wait_until(completed, timeout=timeout, interval=0.1, message="the recovery to complete")
 
 
-def test_after_an_outage_a_recovery_resends_what_failed_in_event_order(api, receiver, processes):
-    """A fifo endpoint gets its deliveries back strictly in event order; an unordered one batch by batch
-    (batch n+1 only after every delivery of batch n had its attempt), within its cap; the progress counts
-    go up to the total; what lies outside [since, until) stays failed."""
+def _max_overlap(endpoint_id: str) -> int:
+    """The most successful attempts to the endpoint that were in flight at once, as Herald recorded them."""
+    from webhooks.models import DeliveryAttempt
+
+    return attempts_max_overlap(DeliveryAttempt.objects.filter(delivery__endpoint_id=endpoint_id, error=""))
+
+
+def test_after_an_outage_a_recovery_resends_what_failed_in_event_order(api, sink, processes):
+    """For every destination kind (the `sink` fixture): a fifo endpoint gets its deliveries back strictly in
+    event order; an unordered one batch by batch (batch n+1 only after every delivery of batch n had its
+    attempt), within its cap; the progress counts go up to the total; what lies outside [since, until) stays
+    failed."""
+    from webhooks.models import DeliveryAttempt
+
     processes(celery_worker("rcv", concurrency=8, WEBHOOK_RECOVER_BATCH="4", **OUTAGE))
     processes(celery_beat(**OUTAGE))
-    fifo = create_endpoint(api, receiver.url("/fifo"), ordering="fifo")
-    unordered = create_endpoint(api, receiver.url("/many"), max_in_flight=3)
-    receiver.default_answer = Answer(status=500)
+    fifo = create_endpoint(api, **sink.endpoint_fields("/fifo"), ordering="fifo")
+    unordered = create_endpoint(api, **sink.endpoint_fields("/many"), max_in_flight=3)
+    sink.down("/fifo")
+    sink.down("/many")
     before = _events(api, 2)
-    time.sleep(0.05)
+    time.sleep(0.05)  # the input: the clock moves on, so `since` and `until` fall strictly between the sets
     since = datetime.now(timezone.utc)
     events = _events(api, 16)
     time.sleep(0.05)
@@ -66,9 +77,10 @@ def test_after_an_outage_a_recovery_resends_what_failed_in_event_order(api, rece
     after = _events(api, 2)
     _failed(fifo["id"], 20)
     _failed(unordered["id"], 20)
-    assert len(receiver.received) == 80  # two attempts each
-    receiver.default_answer = Answer(status=200, delay=0.02)  # back up
-    outage_end = len(receiver.received)
+    assert DeliveryAttempt.objects.count() == 80  # two attempts each
+    assert sink.received() == []
+    sink.up("/fifo")  # back up
+    sink.up("/many")
 
     seen = []
     recoveries = {}
@@ -82,15 +94,14 @@ def test_after_an_outage_a_recovery_resends_what_failed_in_event_order(api, rece
         final = _recovery_done(api, recovery_id, seen=seen)
         assert final["total"] == final["done"] == 16
 
-    resent = receiver.received[outage_end:]
-    to_fifo = [r.headers["webhook-id"] for r in resent if r.path == "/fifo"]
-    to_many = [r.headers["webhook-id"] for r in resent if r.path == "/many"]
+    to_fifo = [r.headers["webhook-id"] for r in sink.wait_for(16, "/fifo")]
+    to_many = [r.headers["webhook-id"] for r in sink.wait_for(16, "/many")]
     assert to_fifo == events  # exactly once each, in event order
     assert sorted(to_many) == events
     batch_of = {event_id: i // 4 for i, event_id in enumerate(events)}
     assert [batch_of[e] for e in to_many] == sorted(batch_of[e] for e in to_many)
-    assert receiver.path_max_in_flight["/fifo"] == 1
-    assert receiver.path_max_in_flight["/many"] <= 3
+    assert _max_overlap(fifo["id"]) == 1
+    assert _max_overlap(unordered["id"]) <= 3
     # progress went up in steps, never past the total
     dones = [body["done"] for body in seen if body["id"] == recoveries[unordered["id"]]]
     assert dones == sorted(dones) and max(dones) == 16
@@ -115,9 +126,9 @@ def _seed_failed(tenant: Tenant, endpoint_id: str, count: int, *, start: datetim
 
 
 def test_two_recoveries_at_once_never_send_a_delivery_twice_at_the_same_moment(api, receiver, processes):
-    """Two recovers of the same range, posted at the same moment to a live API, driven by two workers:
-    every delivery arrives once, never two copies at once, the endpoint's cap holds, and the two
-    recoveries' `done` add up to the deliveries resent."""
+    """Two recovers of the same range, posted at the same moment to a live API, driven by two workers: one
+    starts, the other is 409 recovery_in_progress; every delivery arrives once, never two copies at once,
+    the endpoint's cap holds; a recovery made after it completed finds nothing left to resend."""
     endpoint = create_endpoint(api, receiver.url("/hook"), max_in_flight=5)
     start = datetime.now(timezone.utc) - timedelta(days=1)
     events = _seed_failed(Tenant.objects.get(pk=api.tenant.pk), endpoint["id"], 120, start=start,
@@ -145,21 +156,25 @@ def test_two_recoveries_at_once_never_send_a_delivery_twice_at_the_same_moment(a
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert [a.status_code for a in answers] == [202, 202], [a.content for a in answers]
-    ids = [a.json()["id"] for a in answers]
-    assert ids[0] != ids[1]
-    finals = [_recovery_done(api, recovery_id, timeout=90) for recovery_id in ids]
+    assert sorted(a.status_code for a in answers) == [202, 409], [a.content for a in answers]
+    assert [a.json()["code"] for a in answers if a.status_code == 409] == ["recovery_in_progress"]
+    started = next(a.json()["id"] for a in answers if a.status_code == 202)
+    final = _recovery_done(api, started, timeout=90)
 
     received = [r.headers["webhook-id"] for r in receiver.received]
     assert sorted(received) == events  # each exactly once
     assert max(receiver.max_in_flight.values()) == 1
     assert receiver.path_max_in_flight["/hook"] <= 5
-    assert sum(final["done"] for final in finals) == 120
-    # each counted what was failed when it was made (the first, all of them; the second maybe fewer)
-    assert max(final["total"] for final in finals) == 120
+    assert (final["total"], final["done"]) == (120, 120)
     assert set(Delivery.objects.filter(endpoint_id=endpoint["id"]).values_list("status", flat=True)) == {
         Delivery.SUCCEEDED}
-    # both workers drove the recoveries (their steps run wherever a worker takes them)
+    # completed, the endpoint may be recovered again: nothing is failed any more, nothing is sent again
+    again = requests.post(f"{server.url}/api/v1/endpoints/{endpoint['id']}/recover", timeout=30,
+                          json={"since": (start - timedelta(minutes=1)).isoformat()},
+                          headers={"Authorization": f"Bearer {api.token}", "Idempotency-Key": f"recover-{uuid.uuid4()}"})
+    assert again.status_code == 202 and again.json()["total"] == 0
+    assert _recovery_done(api, again.json()["id"])["done"] == 0
+    assert len(receiver.received) == 120
     assert Recovery.objects.filter(status=Recovery.COMPLETED).count() == 2
 
 

@@ -31,7 +31,7 @@ def _finish(event_ids, status=Delivery.SUCCEEDED):
 def _between(api, before, after):
     """Events created before a moment and after it: (old ids, the moment, recent ids)."""
     old = _events(api, before)
-    time.sleep(0.01)
+    time.sleep(0.01)  # the input: the clock moves on, so the moment lies strictly between the two sets
     moment = timezone.now()
     time.sleep(0.01)
     return old, moment, _events(api, after)
@@ -76,15 +76,16 @@ def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_deliver
     (event_id,) = _events(api, 1)
     _finish([event_id])
     delivery = Delivery.objects.get(event_id=event_id)
-    retried, done = threading.Event(), threading.Event()
+    retried, release, done = threading.Event(), threading.Event(), threading.Event()
 
     def retry_slowly():
-        # the real service, in a transaction that commits half a second after the retry
+        # the real service, in a transaction that stays open until the prune has returned (or 30 s: a prune
+        # that waited for the retry's locks returns only after that, and the test fails below)
         try:
             with transaction.atomic():
                 assert delivery_retry(delivery=Delivery.objects.get(pk=delivery.pk)).status == Delivery.PENDING
                 retried.set()
-                time.sleep(0.5)
+                release.wait(30)
         finally:
             connection.close()
             done.set()
@@ -94,6 +95,7 @@ def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_deliver
     assert retried.wait(5)
     pruned = events_prune(now=timezone.now() + timedelta(days=31))
     assert not done.is_set(), "the prune waited for the retry"
+    release.set()
     thread.join()
     assert (pruned.events, pruned.deliveries) == (0, 0)
     assert Delivery.objects.get(pk=delivery.pk).status == Delivery.PENDING

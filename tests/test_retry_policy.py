@@ -6,7 +6,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from webhooks.retry_policy import next_delay, parse_retry_after, parse_schedule
+from webhooks.delivery.retry_policy import next_delay, parse_retry_after, parse_schedule
 
 SCHEDULE = (5, 300, 1800)
 NOW = datetime(2026, 11, 29, 23, 41, 22, tzinfo=timezone.utc)

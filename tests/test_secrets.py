@@ -1,16 +1,18 @@
 """Endpoint secrets at rest: encrypted, rotated under new keys, migrated, and never sent unsigned."""
 import io
+import subprocess
+import sys
 
+import psycopg
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
-from tests.conftest import create_endpoint
+from tests.conftest import create_endpoint, subprocess_env
 from webhooks import crypto
 from webhooks.models import EndpointSecret
-from webhooks.delivery.leases import deliveries_claim
+from webhooks.delivery.claim import deliveries_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,17 +66,43 @@ def test_a_rotation_with_a_key_that_opens_nothing_changes_nothing(api, settings)
     assert EndpointSecret.objects.get().encrypted_secret == before
 
 
-def test_the_migration_encrypts_the_plain_secrets_already_stored(api):
-    endpoint = create_endpoint(api, "https://a.example.com/")
-    executor = MigrationExecutor(connection)
-    executor.migrate([("webhooks", "0010_event_body_stored_once")])  # back: the secret is plain text again
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT secret FROM webhooks_endpointsecret")
-        assert cursor.fetchone()[0] == endpoint["secret"]
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
-    stored = EndpointSecret.objects.get()
-    assert "whsec_" not in stored.encrypted_secret and stored.secret == endpoint["secret"]
+def test_the_migration_encrypts_the_plain_secrets_already_stored(db):
+    """0011 on a database of its own that holds a plain secret: the test database is not migrated back and
+    forth (a later migration need not be reversible)."""
+    params = connection.settings_dict
+    name = f"{params['NAME']}_secrets"
+    server = (f"host={params.get('HOST') or '127.0.0.1'} port={params.get('PORT') or 5432} "
+              f"user={params.get('USER') or 'root'}")
+    with psycopg.connect(server + " dbname=postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    env = subprocess_env()
+    env["DATABASE_URL"] = env["DATABASE_URL"].rsplit("/", 1)[0] + "/" + name
+
+    def migrate(target: str) -> None:
+        done = subprocess.run([sys.executable, "manage.py", "migrate", "webhooks", target, "-v0"], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    secret = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
+    try:
+        migrate("0010")
+        with psycopg.connect(server + f" dbname={name}", autocommit=True) as conn:
+            conn.execute("INSERT INTO webhooks_tenant (id, name, created_at) VALUES ('tnt_1', 't', now())")
+            conn.execute("""INSERT INTO webhooks_endpoint (id, tenant_id, url, description, event_types, channels,
+                                enabled, disabled_reason, consecutive_failures, failed_probes, ordering, created_at,
+                                updated_at)
+                            VALUES ('ep_1', 'tnt_1', 'https://a.example.com/', '', '{}', '{}', true, '', 0, 0,
+                                    'unordered', now(), now())""")
+            conn.execute("INSERT INTO webhooks_endpointsecret (secret, endpoint_id, created_at) "
+                         "VALUES (%s, 'ep_1', now())", [secret])
+        migrate("0011")
+        with psycopg.connect(server + f" dbname={name}", autocommit=True) as conn:
+            (stored,) = conn.execute("SELECT secret FROM webhooks_endpointsecret").fetchone()
+        assert "whsec_" not in stored and crypto.decrypt(stored) == secret
+    finally:
+        with psycopg.connect(server + " dbname=postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def test_the_demo_endpoint_follows_the_receivers_port(db, settings):

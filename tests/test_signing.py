@@ -7,7 +7,7 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from webhooks.signing import generate_secret, sign, signature_header, webhook_headers
+from webhooks.delivery.signing import generate_secret, sign, signature_header, webhook_headers
 
 KNOWN_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 KNOWN_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"

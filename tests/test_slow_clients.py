@@ -1,13 +1,14 @@
 """Slow and abusive clients against the API as `gunicorn config.wsgi` starts it (gunicorn.conf.py's worker):
 trickled heads and bodies hold no thread and are cut, oversized requests are refused at once, nothing is stored."""
 import re
+import socket
 import time
 import uuid
 
 import pytest
 import requests
 
-from blackbox.slowclients import Probe, body_tricklers, exchange, header_tricklers
+from blackbox.slowclients import Probe, all_opened, body_tricklers, exchange, header_tricklers
 from intake.models import IdempotencyKey
 from tests.conftest import make_api
 from tests.processes import free_port, gunicorn, run_dir, warm
@@ -51,7 +52,7 @@ def _probe(server, api, seconds: float, timeout: float = 5) -> Probe:
         except requests.RequestException as exc:
             probe.failures.append(repr(exc))
         probe.seconds.append(time.monotonic() - started)
-        time.sleep(0.05)
+        time.sleep(0.05)   # the input: the probe's pace
     return probe
 
 
@@ -60,7 +61,7 @@ def _attack(server, count: int):
     tricklers = header_tricklers(host, port, count, interval=0.5) + body_tricklers(host, port, count, interval=0.5)
     for trickler in tricklers:
         trickler.start()
-    time.sleep(0.3)   # every connection has sent its first bytes
+    all_opened(tricklers)   # every connection has sent its first bytes
     return tricklers
 
 
@@ -161,7 +162,7 @@ def test_whole_requests_still_work_chunked_expect_continue_pipelined_and_kept_al
         received = b""
         while received.count(b"HTTP/1.1 200 OK") < 2:
             received += sock.recv(65536)
-        time.sleep(0.2)
+        time.sleep(0.2)   # the input: the third request comes later, in a write of its own
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         while True:
             data = sock.recv(65536)
@@ -170,3 +171,30 @@ def test_whole_requests_still_work_chunked_expect_continue_pipelined_and_kept_al
             received += data
     assert received.count(b"HTTP/1.1 200 OK") == 3
     assert Event.objects.count() == 2
+
+
+def test_clients_that_ask_to_close_and_never_do_do_not_stall_the_worker(processes, api):
+    """An answer with `Connection: close` ends with a lingering close (the server's side shut, the client's bytes
+    read until it closes, at most 2 s). gunicorn lingers on the event loop's own thread, so eight such clients
+    that never close held every other connection of the worker for 16 s; the worker lingers beside its other
+    connections instead."""
+    server = warm(processes(gunicorn(free_port(), workers=1, threads=4)))
+    port = _port(server)
+    clients, started = [], time.monotonic()
+    try:
+        for _ in range(8):
+            client = socket.create_connection(("127.0.0.1", port), timeout=10)
+            client.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            clients.append(client)
+        for client in clients:   # each answered, and the server's side shut (it has nothing more to send)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert requests.get(f"{server.url}/healthz", timeout=30).status_code == 200
+        took = time.monotonic() - started
+        # each client's lingering close held the worker for 2 s: about 16 s in all (5 s allows for a loaded box)
+        assert took < 5, f"eight answers and a /healthz took {took:.1f} s beside clients that never closed"
+    finally:
+        for client in clients:
+            client.close()

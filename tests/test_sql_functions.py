@@ -43,7 +43,7 @@ def test_the_breakers_healthy_is_the_same_rule_as_the_sql_function():
     from datetime import datetime, timezone
     from itertools import product
 
-    from webhooks.breaker import BreakerState
+    from webhooks.delivery.breaker import BreakerState
 
     then = datetime(2026, 12, 1, tzinfo=timezone.utc)
     cases = list(product((None, then), (0, 1, 5), (None, then)))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from testkit.local_server import LocalServer, QuietHandler
-from webhooks.transport import AttemptResult, ascii_url, check_url_host, is_public_address, send
+from webhooks.delivery.destinations.http_transport import AttemptResult, ascii_url, check_url_host, is_public_address, send
 
 TIMEOUT = 0.5
 BODY = b'{"type":"test.ping","timestamp":"2026-11-29T23:41:22.000000Z","data":{}}'
@@ -326,7 +326,7 @@ import json, socket, sys, threading, time
 sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sink.bind(("127.0.0.9", 53))  # the only name server: it reads every query and answers none
 threading.Thread(target=lambda: [sink.recvfrom(2048) for _ in iter(int, 1)], daemon=True).start()
-from webhooks.transport import send
+from webhooks.delivery.destinations.http_transport import send
 started = time.monotonic()
 result = send(url="http://slow-dns.herald-test.example/hook", body=b"{}", headers={}, timeout=1.0,
               allow_private_networks=False)

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import requests
 
-from tests.conftest import make_api
+from tests.conftest import make_api, wait_until
 from tests.processes import free_port, gunicorn, run_dir
 from webhooks.models import Endpoint
 
@@ -87,7 +87,9 @@ def test_a_host_whose_dns_never_answers_is_refused_within_the_deadline(processes
     health = []
 
     def check_health():
-        time.sleep(0.5)  # while the PATCH waits on the DNS server
+        # while the PATCH waits on the DNS server: its query has reached it
+        wait_until(lambda: any(b"\x05other\x0asilent-dns" in query for query in silent_dns), timeout=10,
+                   message="the PATCH's lookup to reach the DNS server")
         started = time.monotonic()
         answer = requests.get(f"{web.url}/healthz", timeout=10)
         health.append((answer.status_code, time.monotonic() - started))
