@@ -5,6 +5,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -31,6 +32,18 @@ def wrk(url: str, *, mode: str, token: str, path: str, connections: int, seconds
     return result
 
 
+def _median_of(runs: list[dict]) -> dict:
+    """Per key, the median of the rounds' values."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def abba(round_: int, items):
+    """The sides of a comparison in ABBA order: as given in even rounds, reversed in odd ones, so that what drifts
+    through a run (the tables growing, autovacuum, the machine's other load) falls on every side alike."""
+    items = list(items)
+    return items if round_ % 2 == 0 else items[::-1]
+
+
 def percentile(values: list[float], pct: float) -> float:
     values = sorted(values)
     if not values:
@@ -40,22 +53,31 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
-PARTS = ("intake", "catalog", "delivery", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "ordering", "throttle", "pools",
-         "end_to_end", "fan_out", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing",
+PARTS = ("intake", "batch", "outbox", "catalog", "filters", "delivery", "destinations", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "fairness", "ordering", "throttle", "pools",
+         "end_to_end", "fan_out", "cost", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing",
          "sustained")
 
 class Bench:
     def __init__(self, quick: bool, rounds: int = 5, sustained_seconds: float | None = None,
-                 sustained_rates: tuple[int, ...] = (100, 200, 400, 800), sustained_profile: str | None = None):
-        self.quick = quick
-        self.rounds = rounds
-        self.sustained_seconds = sustained_seconds or (10 if quick else 30)
-        self.sustained_rates = sustained_rates
+                 sustained_rates: tuple[int, ...] = (100, 200, 400, 800), sustained_profile: str | None = None,
+                 smoke: bool = False, out: Path = RESULTS):
+        # --smoke: every part, tiny (sizes from `size`), to see that the bench still runs; never its figures
+        self.smoke = smoke
+        self.out = Path(out)
+        self.quick = quick or smoke
+        self.rounds = 1 if smoke else rounds
+        self.sustained_seconds = sustained_seconds or (2 if smoke else 10 if quick else 30)
+        self.sustained_rates = (20,) if smoke else sustained_rates
         self.sustained_profile = sustained_profile
-        self.seconds = 4 if quick else 8
-        self.results: dict = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                               time.gmtime())}
+        self.profile_dir: str | None = None  # --profile: py-spy during an extra, unmeasured round of intake and batch
+        self.seconds = 1 if smoke else 4 if quick else 8
+        self.results: dict = {"machine": machine(), "quick": self.quick, "smoke": smoke,
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.procs: list[stack.Proc] = []
+
+    def size(self, full, quick, smoke):
+        """A part's size in a full run, with --quick, with --smoke."""
+        return smoke if self.smoke else quick if self.quick else full
 
     # --- setup -------------------------------------------------------------------------------
     def setup(self):
@@ -70,7 +92,9 @@ class Bench:
         self.credential, self.token = credential_create(tenant_name="bench")
         self.floor_credential, _ = credential_create(tenant_name="bench-floor")
         self.endpoints(self.credential.tenant, 1)
-        self.web = self.start(stack.gunicorn(stack.free_port(), BENCH_FLOOR_CREDENTIAL_ID=self.floor_credential.id))
+        # bench.wsgi: Herald's application, the key floor served by its /api/v1/ handler (the same middleware)
+        self.web = self.start(stack.gunicorn(stack.free_port(), app="bench.wsgi",
+                                             BENCH_FLOOR_CREDENTIAL_ID=self.floor_credential.id))
         self.bare = self.start(stack.bare_floor(stack.free_port()))
         self.purge_queue()
 
@@ -102,10 +126,11 @@ class Bench:
 
     # --- intake ------------------------------------------------------------------------------
     def intake(self):
-        """Herald against two floors in the same run: `bare` (a DRF view with nothing of Herald's, one
-        INSERT … ON CONFLICT DO NOTHING and one UPDATE on a table of its own) and `floor` (Herald's
-        key statements in Herald's own server). At c=16, `--rounds` alternating rounds (default 5: this
-        machine's speed drifts through the day), medians; the other rows one round each."""
+        """Herald against two floors in the same run: `bare` (a DRF view with nothing of Herald's, no
+        middleware, one INSERT … ON CONFLICT DO NOTHING and one UPDATE on a table of its own) and `floor`
+        (Herald's key statements in Herald's own server, on the middleware chain of Herald's /api/v1/:
+        bench/wsgi.py). At c=16, `--rounds` rounds in ABBA order (default 5: this machine's speed drifts
+        through the day), medians; the other rows one round each."""
         import requests
 
         rows = []
@@ -119,26 +144,222 @@ class Bench:
                                        "Idempotency-Key": f"replay-{replay_run}-{n}"}, timeout=10).raise_for_status()
         plan = [("first", 16, self.rounds), ("replay", 16, self.rounds), ("mix", 16, 1), ("first", 1, 1), ("first", 64, 1),
                 ("replay", 1, 1), ("replay", 64, 1)]
+        if self.smoke:
+            plan = plan[:2]
         for mode, connections, rounds in plan:
             runs: dict[str, list[dict]] = {name: [] for name, _, _ in targets}
-            for _ in range(rounds):
-                for name, base, path in targets:
+            for round_ in range(rounds):
+                for name, base, path in abba(round_, targets):
+                    server = self.bare if name == "bare" else self.web
+                    web_before, by_command_before = server.cpu_seconds(), cpu_by_command()
                     result = wrk(base + path, mode=mode, token=self.token, path=path, connections=connections,
                                  seconds=self.seconds, run=replay_run if mode == "replay" else None)
+                    # CPU per request from process accounting: the server's process group, and every PostgreSQL
+                    # process of the machine (its backends serve this run; whatever else runs is in it too)
+                    requests_done = max(result["requests"], 1)
+                    result["cpu_ms_web"] = (server.cpu_seconds() - web_before) / requests_done * 1000
+                    result["cpu_ms_postgres"] = (cpu_by_command(by_command_before).get("postgres", 0.0)
+                                                 / requests_done * 1000)
                     runs[name].append(result)
                     self.purge_queue()
             for name, results in runs.items():
                 result = sorted(results, key=lambda r: r["rps"])[len(results) // 2]  # the median round
                 # p99 is the median of the rounds' own: one round's stall would otherwise decide a ratio
+                # what each side ran on: the key floor on the API's middleware chain (bench/wsgi.py), the bare
+                # floor on none; the rounds in ABBA order
+                result.update(chain={"bare": "none", "floor": "api", "herald": "api"}[name], order="abba")
                 result.update(target=name, mode=mode, connections=connections, p99_ms=statistics.median(
                     r["p99_ms"] for r in results), rounds_rps=[round(r["rps"]) for r in results],
-                    rounds_p99_ms=[round(r["p99_ms"], 1) for r in results])
+                    rounds_p99_ms=[round(r["p99_ms"], 1) for r in results],
+                    cpu_ms_web=statistics.median(r["cpu_ms_web"] for r in results),
+                    cpu_ms_postgres=statistics.median(r["cpu_ms_postgres"] for r in results))
                 rows.append(result)
                 print(f"intake {mode:6} c={connections:<3} {name:6} {result['rps']:8.0f} req/s "
                       f"p50 {result['p50_ms']:6.1f} ms p99 {result['p99_ms']:6.1f} ms "
                       f"errors {result['errors']} non2xx {result['non2xx']} rounds {result['rounds_rps']} "
-                      f"p99s {result['rounds_p99_ms']}", flush=True)
+                      f"p99s {result['rounds_p99_ms']} CPU ms/req web {result['cpu_ms_web']:.3f} "
+                      f"postgres {result['cpu_ms_postgres']:.3f}", flush=True)
+        if self.profile_dir:  # an extra round, not measured: py-spy costs CPU
+            profilers = self.profile_into("intake-first-c16", self.seconds, web=self.web)
+            wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events", connections=16,
+                seconds=self.seconds)
+            for profiler in profilers:
+                profiler.wait(60)
         self.results["intake"] = rows
+        self.cancel_backlog()
+
+    def batch(self):
+        """Batch intake (SPEC §4 `POST /events/batch`): events accepted per second in batches of 100 against
+        single `POST /events`, from the same 8 client threads, same server, same body per event; `--rounds`
+        alternating ABBA rounds, medians. Target (issue 35): >= 3,000 events/s in batches of 100."""
+        import requests
+
+        body = {"type": "invoice.paid", "data": {"invoice": "in_1", "amount": 1200}}
+        kinds = (("batch100", "/api/v1/events/batch", 100), ("single", "/api/v1/events", 1))
+
+        def offer(path: str, size: int, seconds: float) -> dict:
+            payload = json.dumps({"events": [body] * size} if size > 1 else body)
+            accepted, failed, latencies = [0], [0], []
+            deadline = time.monotonic() + seconds
+
+            def client():
+                session = requests.Session()
+                while time.monotonic() < deadline:
+                    started = time.perf_counter()
+                    answer = session.post(self.web.url + path, data=payload, timeout=30, headers={
+                        "Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
+                        "Idempotency-Key": f"bench-{uuid.uuid4()}"})
+                    latencies.append(time.perf_counter() - started)
+                    if answer.status_code == 202:
+                        accepted[0] += size
+                    else:
+                        failed[0] += 1
+
+            started = time.monotonic()
+            threads = [threading.Thread(target=client) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.monotonic() - started
+            return {"events_per_second": accepted[0] / elapsed, "failed_requests": failed[0],
+                    "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000}
+
+        for _, path, size in kinds:
+            offer(path, size, self.size(1, 1, 0.2))  # warm every gunicorn worker
+        runs: dict[str, list[dict]] = {name: [] for name, _, _ in kinds}
+        for round_ in range(self.rounds):
+            for name, path, size in kinds if round_ % 2 == 0 else kinds[::-1]:
+                runs[name].append(offer(path, size, self.seconds))
+                self.cancel_backlog()
+        row = {}
+        for name, results in runs.items():
+            median = sorted(results, key=lambda r: r["events_per_second"])[len(results) // 2]
+            row[name] = {**median, "rounds_events_per_second": [round(r["events_per_second"]) for r in results]}
+        row["ratio"] = row["batch100"]["events_per_second"] / row["single"]["events_per_second"]
+        row["threads"] = 8
+        row["accepted_alone"] = True  # no worker ran: the backlog was cancelled after each round
+        print(f"batch: {row['batch100']['events_per_second']:.0f} events/s accepted in batches of 100 "
+              f"(rounds {row['batch100']['rounds_events_per_second']}, request p99 {row['batch100']['p99_ms']:.0f} ms), "
+              f"single posts {row['single']['events_per_second']:.0f} events/s (rounds "
+              f"{row['single']['rounds_events_per_second']}): x{row['ratio']:.1f}", flush=True)
+        row["delivered"] = self.batch_delivered()
+        self.results["batch"] = row
+
+    def batch_delivered(self) -> list[dict]:
+        """The backlog delivered (issue 35 item 2): batches of 100 offered at a fixed rate of events (open loop,
+        8 client threads: bench/openloop.py's `offer_batches`) for `self.seconds`, with a worker and beat running
+        as SPEC §1 starts them, to one endpoint on the fast local receiver, at the default cap, at 100 and at the
+        worker's WEBHOOK_WORKER_CONCURRENCY (no cap at all). Per rate and cap: accepted and
+        delivered events per second, post-to-arrival latency from the instant each batch was due, how long the
+        backlog took to drain after the last batch, and the CPU each process used per event."""
+        import requests
+        from django.conf import settings
+
+        from bench.openloop import offer_batches
+
+        # (rate, endpoint cap): the default cap, 100, and the worker's whole concurrency (no cap at all)
+        plan = self.size([(3000, settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT), (3000, 100),
+                          (3000, settings.WEBHOOK_WORKER_CONCURRENCY), (6000, 100)], [(3000, 100)], [(300, 100)])
+        tokens = {cap: self.tenant_with_endpoints(f"batch-delivered-{cap}", ["/batch"], max_in_flight=cap)[1]
+                  for cap in sorted({cap for _, cap in plan})}
+        procs = {"web": self.web, "worker": self.start(stack.worker("batch")), "beat": self.start(stack.beat()),
+                 "receiver": self.receiver}
+        url = f"{self.web.url}/api/v1/events/batch"
+        rows = []
+        try:
+            for token in tokens.values():  # every thread warm
+                offer_batches(url, token, rate=500, seconds=1, run=f"warm-{uuid.uuid4().hex[:6]}")
+            time.sleep(3)
+            self.cancel_backlog()
+            if self.profile_dir:  # an extra offering of the plan's first, not measured: py-spy costs CPU
+                rate, cap = plan[0]
+                profilers = self.profile_into(f"batch-{rate}-cap{cap}", self.seconds, web=self.web,
+                                              worker=procs["worker"])
+                offer_batches(url, tokens[cap], rate=rate, seconds=self.seconds, run=f"p-{uuid.uuid4().hex[:6]}")
+                for profiler in profilers:
+                    profiler.wait(60)
+                time.sleep(5)
+                self.cancel_backlog()
+            for rate, cap in plan:
+                token = tokens[cap]
+                activity = stack.ActivitySampler().__enter__()
+                self.reset_receiver()
+                cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
+                by_command_before = cpu_by_command()
+                sent = offer_batches(url, token, rate=rate, seconds=self.seconds, run=f"b{rate}-{uuid.uuid4().hex[:8]}")
+                accepted = [s for s in sent if s.status == 202]
+                last_count, last_progress = -1, time.monotonic()
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline and time.monotonic() - last_progress < 20:
+                    count = int(requests.get(f"{self.receiver.url}/count", timeout=10).text)
+                    if count >= len(accepted):
+                        break
+                    if count != last_count:
+                        last_count, last_progress = count, time.monotonic()
+                    time.sleep(0.2)
+                drained_at = time.time()
+                activity.__exit__(None, None, None)
+                stats = self.receiver_stats()
+                received = stats["received"]
+                first_due = sent[0].due
+                span = drained_at - first_due
+                cpu_ms = {name: round((proc.cpu_seconds() - cpu_before[name]) / max(len(accepted), 1) * 1000, 3)
+                          for name, proc in procs.items()}
+                postgres = cpu_by_command(by_command_before).get("postgres", 0.0)
+                cpu_ms["postgres"] = round(postgres / max(len(accepted), 1) * 1000, 3)
+                delivered = [s for s in accepted if s.event_id in received]
+                latency = [(received[s.event_id] - s.due) * 1000 for s in delivered]
+                arrivals = sorted(received[s.event_id] for s in delivered)
+                row = {
+                    "rate": rate, "seconds": self.seconds, "batch": 100, "endpoint_cap": cap, "threads": 8,
+                    "offered": len(sent), "accepted": len(accepted), "delivered": len(delivered),
+                    "all_delivered": len(delivered) == len(sent), "duplicates": stats["count"] - len(received),
+                    "accepted_per_second": len(accepted) / (max(s.answered for s in sent) - first_due),
+                    "delivered_per_second": len(delivered) / (arrivals[-1] - first_due) if arrivals else 0.0,
+                    "drain_seconds": (arrivals[-1] - sent[-1].due) if arrivals else float("nan"),
+                    "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
+                    "max_ms": max(latency, default=float("nan")),
+                    "request_p99_ms": percentile([(s.answered - s.sent) * 1000 for s in sent[::100]], 99),
+                    "cpu_ms_per_event": cpu_ms, "wall_seconds": round(span, 2),
+                    # PostgreSQL's side: the statements its active backends ran, backends at once on average
+                    "postgres_active": activity.top(),
+                }
+                rows.append(row)
+                print(f"batch delivered {rate}/s offered x {self.seconds:g}s, cap {cap}: accepted {row['accepted']} "
+                      f"({row['accepted_per_second']:.0f}/s), delivered {row['delivered']} "
+                      f"({row['delivered_per_second']:.0f}/s, dup {row['duplicates']}); post->arrival p50 "
+                      f"{row['p50_ms']:.0f} p99 {row['p99_ms']:.0f} max {row['max_ms']:.0f} ms; drained "
+                      f"{row['drain_seconds']:.1f} s after the last batch was due; CPU ms/event {cpu_ms}; "
+                      f"PostgreSQL active {row['postgres_active']}", flush=True)
+                self.cancel_backlog()
+        finally:
+            for name in ("beat", "worker"):
+                procs[name].stop()
+                self.procs.remove(procs[name])
+        return rows
+
+    def outbox(self):
+        """The Django outbox (issue 36), in a platform project of its own on its own database (bench/outbox.py):
+        what `publish()` adds to a platform's transaction against a bare INSERT of the same row (ABBA rounds;
+        target <= 0.3 ms), and one relay moving 10,000 rows into this Herald in batches of 100, then of 500
+        (target >= 1,000 events/s)."""
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.outbox_settings",
+               "BENCH_PLATFORM_DB": stack.DB_NAME + "_platform", "PYTHONPATH": str(stack.ROOT)}
+        done = subprocess.run([sys.executable, "-m", "bench.outbox", "--api", self.web.url, "--token", self.token,
+                               "--rounds", str(self.rounds), "--rows", str(self.size(10000, 2000, 200)),
+                               *(["--count", "50"] if self.smoke else [])],
+                              cwd=stack.ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        if done.returncode != 0:
+            raise RuntimeError(f"bench.outbox failed:\n{done.stderr[-3000:]}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        self.results["outbox"] = row
+        p = row["publish"]
+        relays = ", ".join(f"{r['events_per_second']:.0f} events/s in batches of {r['batch_size']} ({r['sent']} rows in "
+                           f"{r['seconds']} s, {r['left']} left)" for r in row["relay"])
+        print(f"outbox: publish() {p['write_ms']['publish']:.3f} ms in the transaction against a bare insert's "
+              f"{p['write_ms']['bare']:.3f} ms: {p['publish_minus_bare_ms']:+.3f} ms (rounds {p['rounds_write_ms']}; "
+              f"whole transactions {p['transaction_ms']}); one relay: {relays}", flush=True)
         self.cancel_backlog()
 
     # A catalog entry as a platform would write one: the bench's body ({"invoice": "in_1", "amount": 1200})
@@ -190,9 +411,9 @@ class Bench:
         timings = []
         for _ in range(5):
             started = time.perf_counter()
-            for _ in range(2000):
+            for _ in range(self.size(2000, 2000, 50)):
                 event_schemas.instance_errors(validator, data, pointer="/data")
-            timings.append((time.perf_counter() - started) / 2000 * 1e6)
+            timings.append((time.perf_counter() - started) / self.size(2000, 2000, 50) * 1e6)
         single = wrk(self.web.url + path, mode="first", token=self.token, path=path, connections=1,
                      seconds=self.seconds, event_type="bench.plain")
         ingest_us = self.ingest_us([event_type for _, event_type in kinds], data)
@@ -211,6 +432,85 @@ class Bench:
               f"{ingest_us}", flush=True)
         self.cancel_backlog()
 
+    def filters(self):
+        """Payload filters at intake (SPEC §15): event_ingest for a tenant of 100 endpoints that each carry a
+        filter (all matching: the same deliveries) against a tenant of 100 without, in this process, `--rounds`
+        alternating batches of 100 events (each rolled back); the median batch's mean. Target: ratio <= 1.1.
+        Also the signing cost of one attempt, v1 (HMAC-SHA256) against v1a (ed25519), in this process."""
+        from django.db import transaction
+
+        from intake.credentials import credential_create
+        from webhooks.delivery import signing
+        from webhooks.services.endpoints import endpoint_create
+        from webhooks.services.events import event_ingest
+
+        the_filter = {"type": {"$startsWith": "invoice."},
+                      "data": {"amount": {"$gte": 0}, "currency": {"$in": ["EUR", "USD", "GBP"]},
+                               "customer": {"country": {"$neq": "XX"}}}}
+        tenants = {}
+        fan, batch = self.size(100, 100, 5), self.size(100, 100, 5)
+        for name, payload_filter in (("plain", None), ("filtered", the_filter)):
+            credential, _ = credential_create(tenant_name=f"filters-{name}")
+            for n in range(fan):
+                endpoint_create(tenant=credential.tenant, url=f"{self.receiver.url}/hook/{n}", event_types=[],
+                                channels=[], filter=payload_filter)
+            tenants[name] = credential.tenant
+        data = {"invoice": "in_1", "amount": 1200, "currency": "EUR", "customer": {"country": "DE", "id": "c_1"},
+                "lines": [{"sku": f"sku_{n}", "qty": n} for n in range(10)]}
+        batches: dict[str, list[float]] = {name: [] for name in tenants}
+        rounds = self.size(max(self.rounds, 7), max(self.rounds, 7), 1)
+        for round_ in range(rounds):
+            for name in (list(tenants) if round_ % 2 == 0 else list(tenants)[::-1]):
+                with transaction.atomic():
+                    started = time.perf_counter()
+                    for _ in range(batch):
+                        event = event_ingest(tenant=tenants[name], event_type="invoice.paid", data=data, channels=[])
+                        assert len(event.delivery_list) == fan
+                    batches[name].append((time.perf_counter() - started) / batch * 1e6)
+                    transaction.set_rollback(True)
+        medians = {name: statistics.median(times) for name, times in batches.items()}
+        # The match alone, in PostgreSQL: the filter's jsonpath against this event's document, 20,000 times
+        # per statement, against the same statement with no filter; the difference per evaluation, in us.
+        from django.db import connection
+
+        from webhooks import filters as filter_module
+
+        doc = json.dumps({"type": "invoice.paid", "data": data, "channels": []})
+        path = filter_module.filter_compile(the_filter)
+        match_sql = ("SELECT count(*) FROM generate_series(1, 20000) n, (SELECT %s::jsonb AS d) doc "
+                     "WHERE {}")
+        per_statement = {"match": [], "none": []}
+        with connection.cursor() as cursor:
+            for _ in range(self.size(7, 7, 1)):
+                # (the document by way of the row: with two constants the planner would match once, up front)
+                for name, where, params in (("match", "(CASE WHEN n > 0 THEN d END) @@ %s::jsonpath", [doc, path]),
+                                            ("none", "(CASE WHEN n > 0 THEN d END) IS NOT NULL", [doc])):
+                    started = time.perf_counter()
+                    cursor.execute(match_sql.format(where), params)
+                    assert cursor.fetchone()[0] == 20000
+                    per_statement[name].append(time.perf_counter() - started)
+        match_us = (min(per_statement["match"]) - min(per_statement["none"])) / 20000 * 1e6
+        body = json.dumps({"type": "invoice.paid", "timestamp": "2026-01-01T00:00:00Z", "data": data}).encode()
+        sign_us = {}
+        for scheme in (signing.V1, signing.V1A):
+            key = signing.generate_signing_key(scheme)
+            timings = []
+            for _ in range(self.size(5, 5, 1)):
+                started = time.perf_counter()
+                for _ in range(self.size(2000, 2000, 20)):
+                    signing.signature_header(secrets=[key], msg_id="evt_1", timestamp=1_700_000_000, body=body)
+                timings.append((time.perf_counter() - started) / self.size(2000, 2000, 20) * 1e6)
+            sign_us[scheme] = round(min(timings), 1)
+        row = {"plain_us": round(medians["plain"], 1), "filtered_us": round(medians["filtered"], 1),
+               "ratio": round(medians["filtered"] / medians["plain"], 3),
+               "rounds_us": {name: [round(t) for t in times] for name, times in batches.items()},
+               "sign_us": sign_us, "match_us_per_endpoint": round(match_us, 2)}
+        self.results["filters"] = row
+        print(f"filters: event_ingest to 100 endpoints with filters {row['filtered_us']} us, without "
+              f"{row['plain_us']} us: ratio {row['ratio']} (rounds {row['rounds_us']}); one filter's match in "
+              f"PostgreSQL {row['match_us_per_endpoint']} us; signing one attempt "
+              f"v1 {sign_us['v1']} us, v1a {sign_us['v1a']} us", flush=True)
+
     def ingest_us(self, event_types: list[str], data) -> dict[str, float]:
         """event_ingest alone (its statement and the check), per type, in this process: alternating batches of
         200, each in a transaction rolled back; the median batch's mean, in microseconds."""
@@ -220,13 +520,14 @@ class Bench:
 
         tenant = self.credential.tenant
         batches: dict[str, list[float]] = {event_type: [] for event_type in event_types}
-        for round_ in range(7):
+        batch = self.size(200, 200, 10)
+        for round_ in range(self.size(7, 7, 1)):
             for event_type in event_types if round_ % 2 == 0 else event_types[::-1]:
                 with transaction.atomic():
                     started = time.perf_counter()
-                    for _ in range(200):
+                    for _ in range(batch):
                         event_ingest(tenant=tenant, event_type=event_type, data=data, channels=[])
-                    batches[event_type].append((time.perf_counter() - started) / 200 * 1e6)
+                    batches[event_type].append((time.perf_counter() - started) / batch * 1e6)
                     transaction.set_rollback(True)
         return {event_type: round(statistics.median(times), 1) for event_type, times in batches.items()}
 
@@ -286,21 +587,24 @@ class Bench:
 
     @staticmethod
     def hold_outbox(workers: int):
-        """Make every unpublished delivery due only in a few seconds, long enough for `workers` workers to start;
-        returns the check that they did (drain's `fill`)."""
+        """Hold every unpublished delivery (due in an hour) until `workers` workers have started; returns drain's
+        `fill`, called once every worker is ready, which makes them due at once and rings the relays' doorbell."""
         from django.db import connection
 
-        hold = 4 + 3 * workers
-        with connection.cursor() as cursor:
-            cursor.execute("UPDATE webhooks_deliveryoutbox SET due_at = now() + make_interval(secs => %s) "
-                           "WHERE published_at IS NULL RETURNING due_at", [hold])
-            due = max(row[0] for row in cursor.fetchall())
+        from webhooks.delivery.publishing import publisher
 
-        def started_in_time():
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE webhooks_deliveryoutbox SET due_at = now() + interval '1 hour' "
+                           "WHERE published_at IS NULL RETURNING delivery_id")
+            held = [row[0] for row in cursor.fetchall()]
+
+        def release():
             with connection.cursor() as cursor:
-                cursor.execute("SELECT now() < %s", [due])
-                assert cursor.fetchone()[0], f"{workers} workers took longer than {hold} s to start"
-        return started_in_time
+                cursor.execute("UPDATE webhooks_deliveryoutbox SET due_at = now() WHERE delivery_id = ANY(%s) "
+                               "AND published_at IS NULL", [held])
+            publisher.ring()
+            publisher.flush(30)
+        return release
 
     def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = (),
               workers: int = 1, beat: bool = False, keep_stats: bool = False, fill=None, **env) -> dict:
@@ -335,43 +639,186 @@ class Bench:
                 "worker_cpu_ms": cpu / expected * 1000, **({"stats": stats} if keep_stats else {})}
 
     def delivery(self):
-        """A fast local receiver: Herald against a bare Celery task, same worker command on both sides.
-
-        Floor and Herald run alternately, three times each, and the medians are compared: a single
-        pair of runs on a shared 2-core machine moved the ratio by 0.1 either way.
+        """A fast local receiver: Herald against a bare Celery task, same worker command on both sides, in two
+        forms: `floor` (one Celery message per POST) and `floor_batched` (as Herald's relay publishes: one
+        message per 100 POSTs, sent at once on libcurl's multi interface). Herald's endpoint cap is set to the
+        worker's WEBHOOK_WORKER_CONCURRENCY (the row says which), so the cap does not bound it; a last drain at
+        the default cap. Alternating ABBA rounds (three; one with --quick), medians: a single pair of runs on a
+        shared 2-core machine moved the ratio by 0.1 either way.
         """
         from django.conf import settings
 
-        from bench.floor_tasks import floor_post
+        from bench.floor_tasks import floor_post, floor_post_many
 
-        count = 400 if self.quick else 1500
-        # The cap set to the worker's thread count, so that both sides may keep as many requests in flight.
-        uncapped, _ = self.tenant_with_endpoints("fast", ["/fast"], max_in_flight=settings.WEBHOOK_WORKER_CONCURRENCY)
-        floors, heralds = [], []
-        for _ in range(1 if self.quick else 3):
+        count = self.size(1500, 400, 50)
+        cap = settings.WEBHOOK_WORKER_CONCURRENCY
+        uncapped, _ = self.tenant_with_endpoints("fast", ["/fast"], max_in_flight=cap)
+        runs: dict[str, list[dict]] = {"floor": [], "floor_batched": [], "herald": []}
+        writes = {}
+
+        def floor():
             for n in range(count):
                 floor_post.delay(f"floor-{n}", f"{self.receiver.url}/floor")
-            floors.append(self.drain(count, "floor"))
+            runs["floor"].append(self.drain(count, "floor"))
+
+        def floor_batched():
+            for first in range(0, count, 100):
+                floor_post_many.delay([f"floorb-{n}" for n in range(first, min(count, first + 100))],
+                                      f"{self.receiver.url}/floor")
+            runs["floor_batched"].append(self.drain(count, "floor"))
+
+        def herald():
+            nonlocal writes
             self.make_deliveries(uncapped, count)
             before = self.table_writes()
-            heralds.append(self.drain(count, "herald"))
+            runs["herald"].append(self.drain(count, "herald"))
             time.sleep(1.5)  # PostgreSQL publishes a backend's counters within a second
             writes = {table: {k: after[k] - before[table][k] for k in after}
                       for table, after in self.table_writes().items()}
+
+        for round_ in range(self.size(3, 1, 1)):
+            for side in abba(round_, (floor, floor_batched, herald)):
+                side()
         capped, _ = self.tenant_with_endpoints("fast-default-cap", ["/fast"])
         self.make_deliveries(capped, count)
         default_cap = self.drain(count, "herald-cap")
-        floor, herald = (sorted(runs, key=lambda r: r["per_second"])[len(runs) // 2] for runs in (floors, heralds))
-        row = {"worker_processes": 1, "floor": floor, "herald": herald, "herald_default_cap": default_cap,
-               "ratio": herald["per_second"] / floor["per_second"],
-               "runs": {"floor": [round(r["per_second"]) for r in floors],
-                        "herald": [round(r["per_second"]) for r in heralds]},
+        floor_, batched, herald_ = (sorted(r, key=lambda r: r["per_second"])[len(r) // 2] for r in runs.values())
+        row = {"worker_processes": 1, "worker_threads": settings.CELERY_WORKER_CONCURRENCY, "herald_cap": cap,
+               "default_cap": settings.WEBHOOK_ENDPOINT_MAX_IN_FLIGHT, "order": "abba",
+               "floor": floor_, "floor_batched": batched, "herald": herald_, "herald_default_cap": default_cap,
+               "ratio": herald_["per_second"] / floor_["per_second"],
+               "ratio_batched": herald_["per_second"] / batched["per_second"],
+               "runs": {name: [round(r["per_second"]) for r in results] for name, results in runs.items()},
                "table_writes_per_delivery": {table: {k: round(v / count, 2) for k, v in w.items()}
                                              for table, w in writes.items()}}
-        print(f"delivery (fast receiver) herald {herald['per_second']:.0f}/s floor {floor['per_second']:.0f}/s "
-              f"ratio {row['ratio']:.2f} (runs {row['runs']}); at the default cap of 10: "
-              f"{default_cap['per_second']:.0f}/s", flush=True)
+        print(f"delivery (fast receiver) herald (cap {cap}) {herald_['per_second']:.0f}/s, floor "
+              f"{floor_['per_second']:.0f}/s (ratio {row['ratio']:.2f}), floor batched by 100 "
+              f"{batched['per_second']:.0f}/s (ratio {row['ratio_batched']:.2f}) (runs {row['runs']}); at the default "
+              f"cap of {row['default_cap']}: {default_cap['per_second']:.0f}/s", flush=True)
         self.results["delivery"] = [row]
+
+    def destinations(self):
+        """The broker destinations of SPEC §14 from one worker (the README's command) to the local RabbitMQ, Redis
+        and NATS JetStream: deliveries/s from Herald's first to last attempt of a pre-filled backlog to one
+        endpoint each (its cap the worker's WEBHOOK_WORKER_CONCURRENCY, as in `delivery`), worker CPU per
+        delivery, and the broker's own count of what arrived. The kinds alternate over the rounds (three; one
+        with --quick), medians. Target (issue 37): >= 2,000 messages/s for each kind."""
+        import amqp
+        import redis
+        from django.conf import settings
+
+        from webhooks.models import EndpointAccess
+
+        count = self.size(3000, 1000, 50)
+        cap = settings.WEBHOOK_WORKER_CONCURRENCY
+        name = f"herald-bench-{uuid.uuid4().hex[:8]}"
+        admin = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+        admin.connect()
+        channel = admin.channel()
+        channel.exchange_declare(name, "direct", durable=False, auto_delete=False)
+        channel.queue_declare(name, durable=False, auto_delete=False)
+        channel.queue_bind(name, name, routing_key=name)
+        stream_db = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        nats_stream = name.replace("-", "_")
+        self._nats_admin("add", nats_stream, name)
+        kinds = {
+            "amqp": ({"kind": "amqp", "url": "amqp://guest:guest@127.0.0.1:5672/", "exchange": name, "routing_key": name},
+                     lambda: channel.queue_declare(name, passive=True).message_count),
+            "redis_stream": ({"kind": "redis_stream", "url": settings.CELERY_BROKER_URL, "stream": name},
+                             lambda: stream_db.xlen(name)),
+            "nats": ({"kind": "nats", "url": "nats://127.0.0.1:4222", "subject": name},
+                     lambda: self._nats_admin("count", nats_stream, name)),
+        }
+        runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
+        try:
+            for round_ in range(self.size(3, 1, 1)):
+                for kind in abba(round_, list(kinds)):
+                    fields, arrived = kinds[kind]
+                    before = arrived()
+                    tenant, _ = self.tenant_with_broker(f"dest-{kind}", max_in_flight=cap, **fields)
+                    ids = self.make_deliveries(tenant, count)
+                    run = self.drain_to_destination(ids, f"dest-{kind}")
+                    run["arrived"] = arrived() - before
+                    runs[kind].append(run)
+                    assert EndpointAccess.objects.filter(endpoint__tenant=tenant).count() == 1
+        finally:
+            channel.queue_delete(name)
+            channel.exchange_delete(name)
+            admin.close()
+            stream_db.delete(name)
+            self._nats_admin("delete", nats_stream, name)
+        rows = {}
+        for kind, results in runs.items():
+            median = sorted(results, key=lambda r: r["per_second"])[len(results) // 2]
+            rows[kind] = {**median, "runs": [round(r["per_second"]) for r in results], "target_per_second": 2000,
+                          "meets_target": median["per_second"] >= 2000}
+            print(f"destinations {kind:12} {median['per_second']:6.0f} messages/s (runs {rows[kind]['runs']}), "
+                  f"worker CPU {median['worker_cpu_ms']:.3f} ms each, {median['arrived']}/{count} at the broker",
+                  flush=True)
+        self.results["destinations"] = {"deliveries": count, "worker_processes": 1, "herald_cap": cap,
+                                        "order": "abba", "kinds": rows}
+
+    @staticmethod
+    def _nats_admin(action: str, stream: str, subject: str):
+        """A JetStream stream for the `destinations` part: added, its message count, or deleted."""
+        import asyncio
+
+        import nats
+
+        async def run():
+            client = await nats.connect("nats://127.0.0.1:4222")
+            try:
+                js = client.jetstream()
+                if action == "add":
+                    await js.add_stream(name=stream, subjects=[subject])
+                elif action == "count":
+                    return (await js.stream_info(stream)).state.messages
+                else:
+                    await js.delete_stream(stream)
+            finally:
+                await client.close()
+
+        return asyncio.run(run())
+
+    def tenant_with_broker(self, name: str, **fields):
+        """A tenant with one broker endpoint (subscribed to everything), and its token."""
+        from intake.credentials import credential_create
+        from webhooks.services.endpoints import endpoint_create
+
+        credential, token = credential_create(tenant_name=f"{name}-{uuid.uuid4().hex[:6]}")
+        endpoint_create(tenant=credential.tenant, event_types=[], channels=[], **fields)
+        return credential.tenant, token
+
+    def drain_to_destination(self, ids: list[str], name: str, timeout: float = 300) -> dict:
+        """Start one worker on the published backlog `ids`; deliveries/s from Herald's first to its last attempt
+        (as recorded: a broker has no receiver to time arrivals), and the worker's CPU per delivery."""
+        from webhooks.models import Delivery, DeliveryAttempt
+
+        with stack.ConnectionSampler("herald-worker") as connections:
+            worker = stack.worker(name)
+            cpu_at_start = worker.cpu_seconds()
+            try:
+                deadline = time.monotonic() + timeout
+                while Delivery.objects.filter(pk__in=ids, status=Delivery.SUCCEEDED).count() < len(ids):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{name}: only {Delivery.objects.filter(pk__in=ids, status='succeeded').count()}"
+                                           f"/{len(ids)} delivered")
+                    time.sleep(0.1)
+                cpu = worker.cpu_seconds() - cpu_at_start
+                peak = worker.peak_rss_mb()
+            finally:
+                worker.stop()
+        # from the first attempt's start to the last one's end (the attempts of a batch share their start)
+        attempts = list(DeliveryAttempt.objects.filter(delivery_id__in=ids).values_list("started_at", "duration_ms",
+                                                                                        "error"))
+        first = min(started for started, _, _ in attempts).timestamp()
+        last = max(started.timestamp() + duration / 1000 for started, duration, _ in attempts)
+        seconds = last - first
+        failed = sum(1 for _, _, error in attempts if error)
+        return {"deliveries": len(ids), "seconds": seconds,
+                "per_second": len(ids) / seconds if seconds else 0, "failed_attempts": failed,
+                "db_connections_peak": connections.peak, "worker_peak_rss_mb": round(max(peak.values()), 1),
+                "worker_cpu_ms": cpu / len(ids) * 1000}
 
     def access(self):
         """Worker CPU per delivery to an endpoint with extra headers and auth (SPEC §11) against one without,
@@ -381,7 +828,7 @@ class Bench:
         rounds; an OAuth2 token is fetched once per worker and then costs what a bearer token does."""
         from django.conf import settings
 
-        count = 1000 if self.quick else 3000  # CPU time is counted in 10 ms ticks: enough deliveries to resolve 5 %
+        count = self.size(3000, 1000, 50)  # CPU time is counted in 10 ms ticks: enough deliveries to resolve 5 %
         cap = settings.WEBHOOK_WORKER_CONCURRENCY
         plain, _ = self.tenant_with_endpoints("access-plain", ["/fast"], max_in_flight=cap)
         headers = {f"X-Header-{n}": f"value-{n}-" + "v" * 40 for n in range(5)}
@@ -390,7 +837,7 @@ class Bench:
                    for kind, auth in (("basic", {"type": "basic", "username": "herald", "password": "p" * 32}),
                                       ("bearer", {"type": "bearer", "token": "t" * 64}))}
         plains, withs = [], []
-        for round_ in range(max(5, self.rounds)):
+        for round_ in range(self.size(max(5, self.rounds), max(5, self.rounds), 1)):
             # ABBA order: the second drain of a round meets the tables (and autovacuum) the first one grew
             pair = (("plain", plain, plains), ("with", guarded["basic" if round_ % 2 else "bearer"], withs))
             for name, tenant, runs in pair if round_ % 2 == 0 else pair[::-1]:
@@ -421,7 +868,7 @@ class Bench:
         its head fails three times (the schedule shortened to 1 s steps so the run stays short)."""
         from webhooks.models import Delivery
 
-        count = 200 if self.quick else 500
+        count = self.size(500, 200, 20)
         tenant, _ = self.tenant_with_endpoints("fifo-rate", ["/fifo"], ordering="fifo")
         self.make_deliveries(tenant, count)
         rate = self.drain(count, "fifo", workers=2)
@@ -443,7 +890,7 @@ class Bench:
 
     def throttle(self):
         """throttle_rate 20 with 400 deliveries over two workers; an unthrottled endpoint beside it."""
-        count = 200 if self.quick else 400
+        count = self.size(400, 200, 20)
         tenant, _ = self.tenant_with_endpoints("free-alone", ["/free"])
         self.make_deliveries(tenant, count)
         alone = self.drain(count, "free", workers=2)
@@ -477,6 +924,7 @@ class Bench:
                     ("gevent x100, requests", floor_post_requests, ["--pool", "gevent", "--concurrency", "100"], 1000),
                     ("prefork x2, libcurl", floor_post, ["--pool", "prefork", "--concurrency", "2"], 100)]
         for label, task, argv, count in variants:
+            count = min(count, 10) if self.smoke else count
             for n in range(count):
                 task.delay(f"pool-{n}", f"{self.receiver.url}/delay/200/pool")
             result = self.drain(count, "pool", argv=argv)
@@ -492,10 +940,11 @@ class Bench:
         attempts in flight (WEBHOOK_WORKER_CONCURRENCY=100, the earlier default). Alternating rounds, medians."""
         tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/200/ep{n}" for n in range(100)])
         runs: dict[str, list[dict]] = {"default": [], "100 in flight": []}
-        for _ in range(1 if self.quick else 3):
-            for label, env in (("default", {}), ("100 in flight", {"WEBHOOK_WORKER_CONCURRENCY": 100})):
-                self.make_deliveries(tenant, 40)  # x 100 endpoints
-                runs[label].append(self.drain(4000, "slow", **env))
+        per_endpoint = self.size(40, 40, 2)
+        for round_ in range(self.size(3, 1, 1)):
+            for label, env in abba(round_, (("default", {}), ("100 in flight", {"WEBHOOK_WORKER_CONCURRENCY": 100}))):
+                self.make_deliveries(tenant, per_endpoint)  # x 100 endpoints
+                runs[label].append(self.drain(per_endpoint * 100, "slow", **env))
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         result["runs"] = {label: [round(r["per_second"]) for r in rows] for label, rows in runs.items()}
         self.results["slow_receivers"] = result
@@ -511,12 +960,12 @@ class Bench:
         """Delivery throughput with 1, 2 and 4 worker processes, each `celery -A config worker` as the README starts
         it (100 threads): to a fast receiver (one endpoint, cap 1,000), and to 40 endpoints answering after 200 ms
         (default cap of 10 each, so up to 400 may be in flight)."""
-        fast_count = 600 if self.quick else 2000
-        slow_count = 800 if self.quick else 2000
+        fast_count = self.size(2000, 600, 40)
+        slow_count = self.size(2000, 800, 40)
         fast, _ = self.tenant_with_endpoints("scale-fast", ["/fast"], max_in_flight=1000)
         slow, _ = self.tenant_with_endpoints("scale-slow", [f"/delay/200/ep{n}" for n in range(40)])
         rows = []
-        for workers in (1, 2, 4):
+        for workers in self.size((1, 2, 4), (1, 2, 4), (1, 2)):
             # due only once every worker is up, so all of them share the work from the first delivery
             self.make_deliveries(fast, fast_count)
             to_fast = self.drain(fast_count, f"scale{workers}f", workers=workers, fill=self.hold_outbox(workers))
@@ -533,7 +982,7 @@ class Bench:
         publisher confirms, and with quorum queues (confirms on). The worker's relay publishes (intake only rings
         the doorbell), so publishing, confirms included, is inside the measured span. Each RabbitMQ setting runs in
         a virtual host of its own (a queue's type cannot change in place); alternating rounds, medians."""
-        count = 600 if self.quick else 2000
+        count = self.size(2000, 600, 50)
         tenant, _ = self.tenant_with_endpoints("brokers", ["/fast"], max_in_flight=1000)
         rabbit = "amqp://guest:guest@127.0.0.1:5672/"
         configs = {
@@ -542,6 +991,8 @@ class Bench:
             "rabbitmq classic, confirms": {"vhost": "herald-bench-classic-confirm"},
             "rabbitmq quorum, confirms": {"vhost": "herald-bench-quorum", "HERALD_RABBITMQ_QUEUE_TYPE": "quorum"},
         }
+        if self.smoke:  # each virtual host is a few seconds of rabbitmqctl: one of them shows the path works
+            configs = {name: configs[name] for name in ("redis", "rabbitmq quorum, confirms")}
         runs: dict[str, list[dict]] = {name: [] for name in configs}
         for name, config in configs.items():
             if "vhost" in config:
@@ -549,8 +1000,8 @@ class Bench:
                 subprocess.run(["rabbitmqctl", "add_vhost", config["vhost"]], check=True, capture_output=True)
                 subprocess.run(["rabbitmqctl", "set_permissions", "-p", config["vhost"], "guest", ".*", ".*", ".*"],
                                check=True, capture_output=True)
-        for _ in range(1 if self.quick else 3):
-            for name, config in configs.items():
+        for round_ in range(self.size(3, 1, 1)):
+            for name, config in abba(round_, configs.items()):
                 env = {k: v for k, v in config.items() if k != "vhost"}
                 if "vhost" in config:
                     env["CELERY_BROKER_URL"] = rabbit + config["vhost"]
@@ -577,7 +1028,7 @@ class Bench:
         tenant, token = self.tenant_with_endpoints("noisy", [])
         endpoint_create(tenant=tenant, url=f"{self.receiver.url}/hang/ep", event_types=["hang.*"], channels=[])
         endpoint_create(tenant=tenant, url=f"{self.receiver.url}/ok", event_types=["ok.*"], channels=[])
-        self.make_deliveries(tenant, 60, event_type="hang.thing")
+        self.make_deliveries(tenant, self.size(60, 60, 12), event_type="hang.thing")
         self.reset_receiver()
         procs = [stack.worker("noisy"), stack.beat()]
         session = requests.Session()
@@ -587,7 +1038,7 @@ class Bench:
             deadline = time.monotonic() + 30
             while self.receiver_stats()["peak_in_flight"].get("/hang/ep", 0) < 10 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            duration = 10 if self.quick else 20
+            duration = self.size(20, 10, 1)
             start = time.monotonic()
             for i in range(int(duration * 10)):
                 delay = start + i / 10 - time.monotonic()
@@ -604,7 +1055,7 @@ class Bench:
                 time.sleep(0.2)
         finally:
             for proc in reversed(procs):
-                proc.stop()
+                proc.stop(grace=2 if self.smoke else 10)  # its hanging attempts hold a warm shutdown to the grace
         latencies = [(stats["received"][i] - at) * 1000 for i, at in sent.items() if i in stats["received"]]
         result = {"events": len(sent), "arrived": len(latencies), "p50_ms": percentile(latencies, 50),
                   "p99_ms": percentile(latencies, 99), "max_ms": max(latencies, default=float("nan")),
@@ -614,6 +1065,240 @@ class Bench:
               f"({result['arrived']}/{result['events']} arrived); hanging endpoint at most "
               f"{result['hanging_peak_in_flight']} in flight", flush=True)
         self.cancel_backlog()
+
+    # --- fairness across tenants (SPEC §10) -------------------------------------------------------------
+    UNBOUNDED = {"WEBHOOK_PUBLISH_WINDOW": "100000000"}  # every due row published at once: today's FIFO
+
+    def fairness(self):
+        """Fair delivery across tenants, each figure in `--rounds` alternating rounds (medians) against the same
+        build with the publish window unbounded (every due row published at once, first come first served, as
+        before the scheduler):
+        - quiet_behind_backlog: tenant A's backlog (N deliveries over 20 endpoints, fast receiver) is worked
+          off by one worker; tenant B posts an event every 100 ms through the API; B's POST -> first attempt
+          (Herald's own attempt `started_at`), p50/p99;
+        - many_loud: 100 loud tenants with backlogs and 10 quiet ones posting in turn: the quiet p99;
+        - weights: two tenants of weights 1 and 3 with backlogs, endpoints that take all the worker sends: the
+          ratio of their attempts while both had deliveries waiting;
+        - alone: one tenant's backlog, deliveries/s (window on against unbounded);
+        - scheduler_cost: one relay pass (room 500) over 1 to 10,000 tenants with backlogs: database time per
+          delivery published."""
+        rounds = max(1, min(self.rounds, 3))
+        backlog = self.size(20_000, 4_000, 400)
+        result: dict = {"backlog": backlog, "rounds": rounds}
+        for key, measure in (("quiet_behind_backlog", self._fair_quiet), ("many_loud", self._fair_many),
+                             ("weights", self._fair_weights), ("alone", self._fair_alone)):
+            runs: dict[str, list] = {"fair": [], "unbounded": []}
+            for round_ in range(rounds):
+                for mode in abba(round_, ("fair", "unbounded")):
+                    runs[mode].append(measure(backlog, {} if mode == "fair" else self.UNBOUNDED))
+                    self.cancel_backlog()
+            result[key] = {mode: _median_of(values) for mode, values in runs.items()}
+            result[key]["runs"] = runs
+            print(f"fairness {key}: " + "; ".join(
+                f"{mode} " + ", ".join(f"{k} {v:.3g}" for k, v in result[key][mode].items()) for mode in runs),
+                flush=True)
+        result["scheduler_cost"] = self._fair_cost()
+        print("fairness scheduler cost (us per delivery published, by tenants with backlogs): " + ", ".join(
+            f"{n}: {v:.1f}" for n, v in result["scheduler_cost"].items()), flush=True)
+        self.results["fairness"] = result
+
+    def _fair_backlog(self, tenant, endpoints: list[str], count: int) -> None:
+        """`count` first attempts of `tenant` waiting in the outbox, as intake leaves them, over its endpoints."""
+        from django.db import connection
+
+        tag = uuid.uuid4().hex[:8]
+        with connection.cursor() as cursor:
+            cursor.execute("""
+                INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
+                SELECT 'evt_f' || %(tag)s || lpad(g::text, 8, '0'), %(tenant)s, 'invoice.paid', '{}',
+                       '{"type":"invoice.paid","timestamp":"2026-01-01T00:00:00Z","data":{}}'::bytea, '', now()
+                  FROM generate_series(1, %(events)s) g""",
+                           {"tag": tag, "tenant": tenant.pk, "events": -(-count // len(endpoints))})
+            cursor.execute("""
+                WITH made AS (
+                    INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
+                                                   next_attempt_at, created_at, updated_at)
+                    SELECT 'dlv_f' || %(tag)s || lpad(g::text, 8, '0'), %(tenant)s,
+                           'evt_f' || %(tag)s || lpad(((g - 1) / %(per)s + 1)::text, 8, '0'),
+                           (%(endpoints)s::varchar[])[(g - 1) %% %(per)s + 1], 'pending', 0, now(), now(), now()
+                      FROM generate_series(1, %(count)s) g
+                    RETURNING id, tenant_id
+                )
+                INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic, tenant_id)
+                SELECT id, now(), NULL, false, tenant_id FROM made""",
+                           {"tag": tag, "tenant": tenant.pk, "per": len(endpoints), "endpoints": endpoints,
+                            "count": count})
+            cursor.execute("ANALYZE webhooks_deliveryoutbox")
+
+    def _fair_tenant(self, name: str, paths: list[str], weight: int = 1, **options):
+        from webhooks.models import Tenant
+
+        tenant, token = self.tenant_with_endpoints(name, paths, **options)
+        Tenant.objects.filter(pk=tenant.pk).update(delivery_weight=weight)
+        return tenant, token, [e.pk for e in tenant.endpoints.order_by("id")]
+
+    def _quiet_posts(self, tokens: list[str], seconds: float, until=None) -> dict[str, float]:
+        """One event every 100 ms, the tokens in turn, through the API; {event id: time posted}."""
+        import requests
+
+        session = requests.Session()
+        sent: dict[str, float] = {}
+        start = time.monotonic()
+        for i in range(int(seconds * 10)):
+            if until is not None and until():
+                break
+            delay = start + i / 10 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            posted = time.time()
+            response = session.post(f"{self.web.url}/api/v1/events", timeout=10, data=json.dumps(
+                {"type": "quiet.thing", "data": {"n": i}}), headers={
+                    "Authorization": f"Bearer {tokens[i % len(tokens)]}", "Content-Type": "application/json",
+                    "Idempotency-Key": uuid.uuid4().hex})
+            sent[response.json()["id"]] = posted
+        return sent
+
+    @staticmethod
+    def _first_attempt_waits_ms(sent: dict[str, float], timeout: float = 120) -> list[float]:
+        from webhooks.models import DeliveryAttempt
+
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = list(DeliveryAttempt.objects.filter(delivery__event_id__in=list(sent), number=1).values_list(
+                "delivery__event_id", "started_at"))
+            if len(rows) >= len(sent) or time.monotonic() > deadline:
+                return [(at.timestamp() - sent[event]) * 1000 for event, at in rows]
+            time.sleep(0.2)
+
+    def _pending(self, tenants) -> int:
+        from webhooks.models import Delivery
+
+        return Delivery.objects.filter(tenant__in=tenants, status=Delivery.PENDING).count()
+
+    def _fair_quiet(self, backlog: int, env: dict) -> dict:
+        loud, _, endpoints = self._fair_tenant("loud", [f"/loud/{n}" for n in range(20)])
+        _, quiet_token, _ = self._fair_tenant("quiet", ["/quiet"])
+        self._fair_backlog(loud, endpoints, backlog)
+        worker = stack.worker("fair", **env)
+        try:
+            started = time.monotonic()
+            while self._pending([loud]) > backlog * 0.95 and time.monotonic() - started < 60:
+                time.sleep(0.05)
+            sent = self._quiet_posts([quiet_token], 20 if self.quick else 40,
+                                     until=lambda: self._pending([loud]) < backlog * 0.1)
+            waits = self._first_attempt_waits_ms(sent)
+        finally:
+            worker.stop()
+        return {"p50_ms": percentile(waits, 50), "p99_ms": percentile(waits, 99), "max_ms": max(waits, default=float("nan")),
+                "posts": len(sent)}
+
+    def _fair_many(self, backlog: int, env: dict) -> dict:
+        loud, louds = [], self.size(100, 100, 5)
+        for n in range(louds):
+            tenant, _, endpoints = self._fair_tenant(f"loud{n}", [f"/many/{n}"])
+            self._fair_backlog(tenant, endpoints, backlog // louds)
+            loud.append(tenant)
+        tokens = [self._fair_tenant(f"quiet{n}", [f"/quiet/{n}"])[1] for n in range(self.size(10, 10, 2))]
+        worker = stack.worker("fair", **env)
+        try:
+            started = time.monotonic()
+            while self._pending(loud) > backlog * 0.95 and time.monotonic() - started < 60:
+                time.sleep(0.05)
+            sent = self._quiet_posts(tokens, 20 if self.quick else 40, until=lambda: self._pending(loud) < backlog * 0.1)
+            waits = self._first_attempt_waits_ms(sent)
+        finally:
+            worker.stop()
+        return {"p50_ms": percentile(waits, 50), "p99_ms": percentile(waits, 99), "posts": len(sent)}
+
+    def _fair_weights(self, backlog: int, env: dict) -> dict:
+        from webhooks.models import DeliveryAttempt
+
+        light, _, light_endpoints = self._fair_tenant("light", ["/light"], weight=1, max_in_flight=1000)
+        heavy, _, heavy_endpoints = self._fair_tenant("heavy", ["/heavy"], weight=3, max_in_flight=1000)
+        self._fair_backlog(light, light_endpoints, backlog // 2)
+        self._fair_backlog(heavy, heavy_endpoints, backlog // 2)
+        worker = stack.worker("fair", **env)
+        try:
+            while self._pending([heavy]) > backlog // 4:
+                time.sleep(0.1)
+        finally:
+            worker.stop()
+        heavy_at = sorted(DeliveryAttempt.objects.filter(delivery__tenant=heavy).values_list("started_at", flat=True))
+        since, until = heavy_at[len(heavy_at) // 10], heavy_at[-1]
+        light_n = DeliveryAttempt.objects.filter(delivery__tenant=light, started_at__gte=since,
+                                                 started_at__lte=until).count()
+        heavy_n = sum(1 for at in heavy_at if since <= at <= until)
+        return {"light_per_heavy": light_n / heavy_n, "light": light_n, "heavy": heavy_n}
+
+    def _fair_alone(self, backlog: int, env: dict) -> dict:
+        alone, _, endpoints = self._fair_tenant("alone", [f"/alone/{n}" for n in range(20)])
+        self._fair_backlog(alone, endpoints, backlog)
+        self.reset_receiver()
+        worker = stack.worker("fair", **env)
+        try:
+            while self.receiver_stats()["count"] < backlog:
+                time.sleep(0.1)
+            stats = self.receiver_stats()
+        finally:
+            worker.stop()
+        return {"per_second": (stats["count"] - 1) / (stats["last"] - stats["first"])}
+
+    def _fair_cost(self) -> dict:
+        """Database time of the relay's passes (window count, walk, take), per delivery published, with 1 to
+        10,000 tenants that each have a backlog (100,000 rows in all; nothing is sent: each pass's marks are
+        rolled back, so every pass sees the same backlog from a rotation that moves on)."""
+        from django.db import connection, transaction
+
+        from webhooks.delivery import scheduling
+        from webhooks.models import Tenant
+
+        costs = {}
+        _, _, (endpoint_id,) = self._fair_tenant("cost", ["/cost"])
+        total = self.size(100_000, 100_000, 1_000)
+        for tenants in self.size((1, 10, 100, 1_000, 10_000), (1, 10, 100, 1_000, 10_000), (1, 10)):
+            self.cancel_backlog()
+            with connection.cursor() as cursor:
+                cursor.execute("""INSERT INTO webhooks_tenant (id, name, metadata, delivery_weight, created_at)
+                                  SELECT 'tnt_cost' || lpad(g::text, 6, '0'), 'cost', '{}', 1, now()
+                                    FROM generate_series(1, %s) g ON CONFLICT DO NOTHING""", [tenants])
+            owners = list(Tenant.objects.filter(pk__startswith="tnt_cost").order_by("pk").values_list("pk", flat=True)
+                          [:tenants])
+            # the deliveries' endpoint plays no part in the choice: one endpoint serves them all
+            endpoint_of = dict.fromkeys(owners, endpoint_id)
+            with connection.cursor() as cursor:
+                cursor.execute("""
+                    INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
+                    SELECT 'evt_cost' || t.n || '_' || g, t.id, 'x', '{}', '{}'::bytea, '', now()
+                      FROM unnest(%(tenants)s::varchar[]) WITH ORDINALITY AS t(id, n),
+                           generate_series(1, %(per)s) g""", {"tenants": list(endpoint_of), "per": total // tenants})
+                cursor.execute("""
+                    WITH made AS (
+                        INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
+                                                       next_attempt_at, created_at, updated_at)
+                        SELECT 'dlv_cost' || t.n || '_' || g, t.id, 'evt_cost' || t.n || '_' || g, t.endpoint,
+                               'pending', 0, now(), now(), now()
+                          FROM unnest(%(tenants)s::varchar[], %(endpoints)s::varchar[]) WITH ORDINALITY AS t(id, endpoint, n),
+                               generate_series(1, %(per)s) g
+                        RETURNING id, tenant_id, created_at
+                    )
+                    INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic, tenant_id)
+                    SELECT id, created_at, NULL, false, tenant_id FROM made""",
+                               {"tenants": list(endpoint_of), "endpoints": list(endpoint_of.values()),
+                                "per": total // tenants})
+                cursor.execute("VACUUM ANALYZE webhooks_deliveryoutbox")
+            scheduler = scheduling.Scheduler()
+            timer, taken = SqlTimer(), 0
+            with connection.execute_wrapper(timer):
+                for _ in range(self.size(30, 30, 2)):
+                    with transaction.atomic():
+                        taken += len(scheduler.take(min(1000, scheduler.room(window=500))).rows)
+                        transaction.set_rollback(True)
+            costs[tenants] = sum(timer.spent) * 1e6 / taken
+            with connection.cursor() as cursor:
+                cursor.execute("DELETE FROM webhooks_deliveryoutbox WHERE delivery_id LIKE 'dlv_cost%%'")
+                cursor.execute("DELETE FROM webhooks_delivery WHERE id LIKE 'dlv_cost%%'")
+                cursor.execute("DELETE FROM webhooks_event WHERE id LIKE 'evt_cost%%'")
+        return costs
 
     def end_to_end(self):
         import requests
@@ -643,15 +1328,18 @@ class Bench:
 
         try:
             self.reset_receiver()
-            idle_n = 40 if self.quick else 100
+            idle_n = self.size(100, 40, 5)
             for _ in range(idle_n):
                 post(session)
                 time.sleep(0.05)
             idle, n_idle = latencies(list(sent))
-            rate = max(10.0, 0.5 * self.results["delivery"][-1]["herald"]["per_second"])
+            # half the delivery part's rate (100/s when it did not run in this process: `--only end_to_end`)
+            delivered = self.results["delivery"][-1]["herald"]["per_second"] if "delivery" in self.results else 200
+            rate = max(10.0, 0.5 * delivered)
+            rate = min(rate, 20.0) if self.smoke else rate
             sent.clear()
             self.reset_receiver()
-            duration = 5 if self.quick else 10
+            duration = self.size(10, 5, 1)
             sessions = [requests.Session() for _ in range(8)]
             with ThreadPoolExecutor(8) as pool:
                 start = time.monotonic()
@@ -676,7 +1364,7 @@ class Bench:
         from intake.credentials import credential_create
 
         rows = []
-        total = 300 if self.quick else 1000
+        total = self.size(1000, 300, 100)
         for fan in (1, 10, 100):
             credential, token = credential_create(tenant_name=f"fan-{fan}")
             self.endpoints(credential.tenant, fan)
@@ -691,12 +1379,19 @@ class Bench:
                   f"{drained['per_second']:.0f} deliveries/s", flush=True)
         self.results["fan_out"] = rows
 
+    def cost(self):
+        """What one delivered event costs (CPU by process, rows, index entries, WAL, statements, broker commands),
+        fan-out 1 and 20, on a stack of its own: bench/cost.py."""
+        from bench import cost
+
+        self.results["cost"] = cost.measure(self)
+
     def prune(self):
         from django.db import connection
 
         from intake.idempotency.prune import keys_prune_expired
 
-        rows = 200_000 if self.quick else 1_000_000
+        rows = self.size(1_000_000, 200_000, 2_000)
 
         def fill():
             with connection.cursor() as cursor:
@@ -745,12 +1440,13 @@ class Bench:
 
         from django.conf import settings
         from django.db import connection
+        from django.test import override_settings
 
         from webhooks import progress
         from webhooks.delivery.publishing import publish
         from webhooks.delivery.dispatcher import deliveries_dispatch_due
 
-        waiting, due, backlog = (100_000, 10_000, 20_000) if self.quick else (1_000_000, 10_000, 100_000)
+        waiting, due, backlog = self.size((1_000_000, 10_000, 100_000), (100_000, 10_000, 20_000), (1_000, 100, 200))
         self.cancel_backlog()
         tenant, _ = self.tenant_with_endpoints("dispatch", [f"/dispatch/{n}" for n in range(100)],
                                                max_in_flight=100)
@@ -809,6 +1505,11 @@ class Bench:
 
         timed = SqlTimer()
         spent = timed.spent
+        # The publish window opened to hold the backlog and the due retries: this part measures the
+        # dispatcher's pass over a large table, not the window (docs/design.md, "How a delivery is chosen"),
+        # whatever rule the window keeps for rows published long ago.
+        window = override_settings(WEBHOOK_PUBLISH_WINDOW=waiting + due + backlog)
+        window.enable()
 
         started = time.perf_counter()
         with connection.execute_wrapper(timed):
@@ -825,6 +1526,7 @@ class Bench:
         drained = self.drain(due, "dispatch", workers=2)
         with connection.execute_wrapper(timed):
             recovered = deliveries_dispatch_due(batch=settings.WEBHOOK_DISPATCH_BATCH)
+        window.disable()
         client.delete(periodic)
         recovered_backlog = len(set(recovered) & set(backlog_ids))
         self.results["dispatch"] = {
@@ -908,7 +1610,7 @@ class Bench:
         database time of whole scrapes of /metrics (every statement the view runs), median of 9."""
         from django.test import Client
 
-        events = 250_000 if self.quick else 2_500_000
+        events = self.size(2_500_000, 250_000, 500)
         _, deliveries, _, seeded = self.seed_history("scrape", events)
         client = Client()
 
@@ -930,10 +1632,10 @@ class Bench:
         from django.db import connection
         from django.test import Client
 
-        from webhooks.metrics import DeliveryStateCollector
+        from webhooks.delivery.metrics import DeliveryStateCollector
         from webhooks.services.retention import events_prune
 
-        events = 125_000 if self.quick else 1_250_000
+        events = self.size(1_250_000, 125_000, 500)
         _, deliveries, must_stay, seeded = self.seed_history("year", events)
         db_ms = SqlTimer.db_ms
 
@@ -1010,7 +1712,7 @@ class Bench:
         from intake.tenants import erasure_grace, tenant_delete, tenants_erase
         from webhooks.models import Tenant
 
-        events = 25_000 if self.quick else 250_000
+        events = self.size(250_000, 25_000, 500)
         rounds: dict[str, list[dict]] = {"without": [], "during": []}
         erasures, seeds = [], []
         for n in range(self.rounds):
@@ -1143,9 +1845,9 @@ class Bench:
             return socks
 
         rounds: dict[str, list[dict]] = {"without": [], "with_200_waiting": []}
-        for _ in range(self.rounds):
-            for name in rounds:
-                socks = open_pollers(200) if name != "without" else []
+        for round_ in range(self.rounds):
+            for name in abba(round_, rounds):
+                socks = open_pollers(self.size(200, 200, 20)) if name != "without" else []
                 rounds[name].append(wrk(self.web.url + "/api/v1/events", mode="first", token=self.token,
                                         path="/api/v1/events", connections=16, seconds=self.seconds))
                 for sock in socks:
@@ -1166,7 +1868,7 @@ class Bench:
         woken = endpoint_create(tenant=credential.tenant, kind="poll", event_types=["wake.test"], channels=[]).id
         auth = {"Authorization": f"Bearer {token}"}
         latencies, cursor = [], "0"
-        for n in range(30):
+        for n in range(self.size(30, 30, 3)):
             box: dict = {}
 
             def poll():
@@ -1194,9 +1896,10 @@ class Bench:
         for _ in range(20):
             session.get(url, timeout=10)
         started = time.perf_counter()
-        for _ in range(300):
+        reads = self.size(300, 300, 20)
+        for _ in range(reads):
             session.get(url, timeout=10).raise_for_status()
-        empty_ms = (time.perf_counter() - started) / 300 * 1000
+        empty_ms = (time.perf_counter() - started) / reads * 1000
         out["empty_read_ms"] = round(empty_ms, 2)
         print(f"longpoll wake p50 {out['wake_ms']['p50']} ms max {out['wake_ms']['max']} ms; "
               f"one empty read {empty_ms:.2f} ms", flush=True)
@@ -1228,8 +1931,8 @@ class Bench:
             targets.insert(0, ("today", self.start(stack.gunicorn(stack.free_port(), name="gunicorn-today",
                                                                   cwd=Path(today))).url))
         runs: dict[str, list[dict]] = {name: [] for name, _ in targets}
-        for _ in range(self.rounds):
-            for name, base in targets:
+        for round_ in range(self.rounds):
+            for name, base in abba(round_, targets):
                 runs[name].append(wrk(base + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
                                       connections=16, seconds=self.seconds))
                 self.purge_queue()
@@ -1246,11 +1949,11 @@ class Bench:
         spans_bytes_intake = requests.get(f"{sink.url}/stats", timeout=5).json()
         self.cancel_backlog()
 
-        count = 400 if self.quick else 1500
+        count = self.size(1500, 400, 50)
         tenant, _ = self.tenant_with_endpoints("tracing", ["/fast"], max_in_flight=settings.WEBHOOK_WORKER_CONCURRENCY)
         drains: dict[str, list[dict]] = {"off": [], "on": [], "on 10%": []}
-        for _ in range(1 if self.quick else 3):
-            for name, env in (("off", {}), ("on", on), ("on 10%", sampled)):
+        for round_ in range(self.size(3, 1, 1)):
+            for name, env in abba(round_, (("off", {}), ("on", on), ("on 10%", sampled))):
                 self.make_deliveries(tenant, count)
                 drains[name].append(self.drain(count, f"tracing-{name.replace(' ', '').replace('%', '')}", **env))
         delivery = {}
@@ -1391,6 +2094,17 @@ class Bench:
         print(f"sustained: highest rate with every event delivered and p99 <= 1 s: "
               f"{self.results['sustained']['highest_rate']}/s", flush=True)
 
+    def profile_into(self, label: str, seconds: float, **procs) -> list[subprocess.Popen]:
+        """py-spy record --gil (samples of the thread holding the GIL: where the process's Python CPU goes) of each
+        process group in `procs` for `seconds`, into `--profile`'s directory as <name>-<label>.txt (collapsed)."""
+        directory = Path(self.profile_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses", "--gil",
+                                  "--rate", "250", "--duration", str(max(1, round(seconds))), "--format", "raw",
+                                  "--nonblocking", "--output", str(directory / f"{name}-{label}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for name, proc in procs.items()]
+
     def profile(self, rate: int, **procs) -> list[subprocess.Popen]:
         """py-spy record (on-CPU samples, collapsed stacks) of each process group in `procs` for the offering
         of `rate`, into `--sustained-profile`'s directory as <name>-<rate>.txt."""
@@ -1403,28 +2117,49 @@ class Bench:
                 for name, proc in procs.items()]
 
     def run(self, only: set[str] | None):
+        # every part is stamped with the commit it ran on, whether the tree differed from it, when and how
+        code = code_stamp()
+        stamps = self.results.setdefault("stamps", {})
         try:
             self.setup()
             for name in PARTS:
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
+                started = time.time()
                 getattr(self, name)()
+                stamps[name] = {**code, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                                "seconds": round(time.time() - started, 1), "quick": self.quick,
+                                "smoke": self.smoke, "rounds": self.rounds}
+                print(f"({name}: {stamps[name]['seconds']:g} s)", flush=True)
         finally:
             for proc in reversed(self.procs):
                 proc.stop()
-        RESULTS.mkdir(exist_ok=True)
+        out = self.out
+        out.mkdir(parents=True, exist_ok=True)
         results = self.results
-        if only and (RESULTS / "results.json").exists():
-            # a partial run replaces its sections of the last full run and says when each was measured
-            sections = {k: v for k, v in self.results.items() if k not in ("machine", "quick", "started")}
-            results = {**json.loads((RESULTS / "results.json").read_text()), **sections}
-            results.setdefault("sections_measured", {}).update({name: self.results["started"] for name in sections})
-        (RESULTS / "results.json").write_text(json.dumps(results, indent=2))
+        if only and (out / "results.json").exists():
+            # a partial run replaces its sections of the last results; each section keeps its own stamp
+            previous = json.loads((out / "results.json").read_text())
+            sections = {k: v for k, v in self.results.items()
+                        if k not in ("machine", "quick", "smoke", "started", "stamps")}
+            results = {**previous, **sections, "stamps": {**previous.get("stamps", {}), **stamps}}
+        (out / "results.json").write_text(json.dumps(results, indent=2))
         self.results = results
         from bench.report import write_report
 
-        write_report(self.results, RESULTS)
-        print(f"wrote {RESULTS / 'results.json'}, results.md and results.png")
+        write_report(self.results, out)
+        print(f"wrote {out / 'results.json'}, results.md and results.png")
+
+
+def code_stamp() -> dict:
+    """The commit the bench runs on, and whether the tree differs from it (results and Markdown aside)."""
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=stack.ROOT, capture_output=True, text=True, check=False).stdout.strip()
+
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                        ":!bench/results", ":!*.md").splitlines()]
+    return {"commit": git("rev-parse", "--short=12", "HEAD") or None, "dirty": bool(changed),
+            "dirty_files": changed[:20]}
 
 
 class SqlTimer:
@@ -1488,6 +2223,52 @@ def cpu_by_command(before: dict | None = None) -> dict:
     return totals
 
 
+# About how long each part takes with --smoke on the 2-core box, to balance the shards (seconds).
+SMOKE_SECONDS = {"intake": 9, "batch": 20, "outbox": 4, "catalog": 6, "filters": 1, "delivery": 42, "destinations": 20,
+                 "access": 17, "slow_receivers": 19, "scaling": 33, "brokers": 21, "noisy_neighbour": 8, "fairness": 69,
+                 "ordering": 31, "throttle": 15, "pools": 32, "fan_out": 34, "cost": 33, "prune": 7, "dispatch": 10,
+                 "year": 11, "erasure": 5, "scrape": 2, "longpoll": 7, "memory": 0, "tracing": 39, "sustained": 43}
+
+
+def smoke_plan(shards: int) -> list[list[str]]:
+    """The parts (every one but end_to_end, which runs with delivery) over `shards` lists: longest first, each to
+    the list with the least time so far."""
+    loads: list[list] = [[0.0, []] for _ in range(shards)]
+    for part in sorted((p for p in PARTS if p != "end_to_end"), key=lambda p: -SMOKE_SECONDS.get(p, 10)):
+        shard = min(loads, key=lambda load: load[0])
+        shard[0] += SMOKE_SECONDS.get(part, 10)
+        shard[1].append(part)
+    return [parts for _, parts in loads if parts]
+
+
+def smoke_in_shards(shards: int) -> int:
+    """`--smoke`: every part, split over `shards` bench processes run at once (longest parts first, each to the
+    shard with the least so far), each on its own database, queue and log directory; 0 when every shard passed."""
+    import tempfile
+
+    logs = Path(tempfile.mkdtemp(prefix="herald-bench-smoke-"))
+    started = time.monotonic()
+    running = []
+    for n, parts in enumerate(smoke_plan(shards)):
+        env = {**os.environ, "BENCH_DB_NAME": f"{stack.DB_NAME}_smoke{n}", "BENCH_QUEUE": f"herald-bench-smoke{n}",
+               "BENCH_LOG_DIR": str(stack.LOGS / f"smoke{n}")}
+        log = open(logs / f"shard{n}.log", "w")  # noqa: SIM115 - closed below
+        running.append((n, parts, log, subprocess.Popen(
+            [sys.executable, "-m", "bench", "--smoke", "--only", ",".join(parts)], cwd=stack.ROOT, env=env,
+            stdout=log, stderr=subprocess.STDOUT)))
+    failed = []
+    for n, parts, log, proc in running:
+        code = proc.wait()
+        log.close()
+        print(f"bench --smoke shard {n} ({', '.join(parts)}): {'passed' if code == 0 else f'FAILED ({code})'}",
+              flush=True)
+        if code != 0:
+            failed.append(n)
+            print((logs / f"shard{n}.log").read_text()[-6000:], flush=True)
+    print(f"bench --smoke: {shards} shards in {time.monotonic() - started:.0f} s; their output in {logs}", flush=True)
+    return 1 if failed else 0
+
+
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -1505,9 +2286,20 @@ def main():
         raise SystemExit("bench: wrk drives the intake load; install it first: sudo apt-get install wrk")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs (about two minutes)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="every part, tiny, one round, into a temporary directory (never bench/results/) and a "
+                             "database and queue of its own: to see that the bench runs, not to measure")
+    parser.add_argument("--smoke-shards", type=int, default=4,
+                        help="--smoke without --only: the parts split over this many bench processes at once, each "
+                             "with its own database, queue and logs (default 4; most of a smoke is waiting on "
+                             "processes to start)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternating rounds of the intake's c=16 first and replay runs (medians; default 5)")
     parser.add_argument("--only", help="comma-separated: " + ",".join(PARTS))
+    parser.add_argument("--profile", metavar="DIR",
+                        help="record py-spy profiles (--gil) of gunicorn during an extra round of `intake` (first "
+                             "executions, c=16) and of gunicorn and the worker during an extra offering of `batch`, "
+                             "into DIR (not the measured rounds: py-spy costs CPU)")
     parser.add_argument("--sustained-seconds", type=float,
                         help="how long `sustained` offers each rate (default 30; 10 with --quick)")
     parser.add_argument("--sustained-rates", default="100,200,400,800",
@@ -1516,8 +2308,27 @@ def main():
                         help="record a py-spy profile of gunicorn and the worker during each rate of `sustained` into DIR "
                              "(it costs CPU: not for the measured runs)")
     args = parser.parse_args()
-    Bench(args.quick, args.rounds, args.sustained_seconds,
-          tuple(int(r) for r in args.sustained_rates.split(",")), args.sustained_profile).run(set(args.only.split(",")) if args.only else None)
+    if args.smoke and not args.only and args.smoke_shards > 1 and not os.environ.get("BENCH_SMOKE"):
+        raise SystemExit(smoke_in_shards(args.smoke_shards))
+    out = RESULTS
+    if args.smoke:
+        import tempfile
+
+        stack.DB_NAME = os.environ.setdefault("BENCH_DB_NAME", "herald_bench_smoke")
+        os.environ["BENCH_SMOKE"] = "1"  # bench/stack.py: workers start without mingle
+        os.environ.setdefault("BENCH_QUEUE", "herald-bench-smoke")
+        out = Path(tempfile.mkdtemp(prefix="herald-bench-smoke-"))
+    only = set(args.only.split(",")) if args.only else None
+    bench = Bench(args.quick, args.rounds, args.sustained_seconds, tuple(int(r) for r in args.sustained_rates.split(",")),
+                  args.sustained_profile, smoke=args.smoke, out=out)
+    bench.profile_dir = args.profile
+    started = time.monotonic()
+    bench.run(only)
+    if args.smoke:
+        missing = [name for name in PARTS if (not only or name in only) and name not in bench.results]
+        if missing:
+            raise SystemExit(f"bench --smoke: no section written by {', '.join(missing)}")
+        print(f"bench --smoke: every part ran ({time.monotonic() - started:.0f} s), results in {out}")
 
 
 if __name__ == "__main__":

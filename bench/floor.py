@@ -1,9 +1,12 @@
 """The intake floor: a bare DRF view doing only Herald's idempotency key statements.
 
 It runs Herald's own read, claim and store (intake/idempotency/store.py), on the same table and
-database, in the same server, so the gap between it and `POST /api/v1/events` is exactly what Herald
-adds around the key: a replay is the read; a first execution the read, then the claim and the store
-in one transaction.
+database, in the same server and on the same middleware chain as Herald's /api/v1/ (bench/wsgi.py
+routes /floor/ to the API's handler), so the gap between it and `POST /api/v1/events` is exactly what
+Herald adds around the key: a replay is the read; a first execution the read, then the claim and the
+store in one transaction. (Earlier, the floor ran on Django's full chain, sessions, CSRF and the admin's
+middleware included, while /api/v1/ had its lean chain: intake rows without `"chain": "api"` in
+results.json come from then, and the report marks them.)
 """
 import os
 

@@ -80,3 +80,59 @@ def offer(url: str, token: str, *, rate: float, seconds: float, run: str, thread
     for worker in workers:
         worker.join()
     return results
+
+
+def offer_batches(url: str, token: str, *, rate: float, seconds: float, run: str, size: int = 100,
+                  threads: int = 8, event_type: str = "invoice.paid", timeout: float = 30) -> list[Sent]:
+    """POST `rate * seconds` events to `url` (`…/api/v1/events/batch`) in batches of `size`, batch `j` due at
+    `start + j * size / rate` (open loop, as `offer`); one Sent per event, in order (a batch's events share
+    its due, sent and answered instants and its status)."""
+    parts = urlsplit(url)
+    batches = max(1, int(rate * seconds) // size)
+    results: list[list[Sent] | None] = [None] * batches
+    counter = itertools.count()
+    start = time.time() + 0.2
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def connect() -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+    def client() -> None:
+        conn = connect()
+        while (j := next(counter)) < batches:
+            due = start + j * size / rate
+            delay = due - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            sent = time.time()
+            body = json.dumps({"events": [{"type": event_type, "data": {"n": j * size + i, "run": run}}
+                                          for i in range(size)]})
+            status, event_ids = None, [None] * size
+            for attempt in (1, 2):
+                try:
+                    conn.request("POST", parts.path, body=body, headers={**headers, "Idempotency-Key": f"{run}-{j}"})
+                    response = conn.getresponse()
+                    answer = response.read()
+                    status = response.status
+                    if status == 202:
+                        event_ids = [event["id"] for event in json.loads(answer)["data"]]
+                    break
+                except RETRYABLE:
+                    conn.close()
+                    conn = connect()
+                    if attempt == 2:
+                        break
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    conn = connect()
+                    break
+            answered = time.time()
+            results[j] = [Sent(due, sent, answered, status, event_id) for event_id in event_ids]
+        conn.close()
+
+    workers = [threading.Thread(target=client, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return [sent for batch in results for sent in batch]

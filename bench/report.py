@@ -9,10 +9,20 @@ TARGETS = {
     "intake_replay": ("intake replay vs floor", ">= 1.00x"),
     "intake_p99_c16": ("intake p99 vs floor's, c=16 (first)", "<= 2.00x"),
     "catalog": ("intake of a type with a JSON Schema vs one without (c=16, first)", ">= 0.90x"),
+    "filters": ("intake (event_ingest) to 100 endpoints with payload filters vs 100 without", "<= 1.10x"),
+    "batch_accepted": ("batch intake: events/s accepted in batches of 100 (8 clients, no worker running)", ">= 3,000"),
+    "batch_delivered": ("batch intake: 3,000 events/s offered in batches of 100, delivered to a fast receiver "
+                        "(worker and beat running): events/s from the first batch due to the last arrival", ">= 3,000"),
     "delivery": ("delivery vs Celery floor, fast receiver (1 worker, 100 threads)", ">= 0.80x"),
     "access_cpu": ("worker CPU per delivery with 5 headers and auth vs without", "<= 1.10x"),
+    "destinations": ("messages/s from one worker to a local broker (amqp, redis_stream, nats: the slowest)", ">= 2,000"),
     "slow_receivers": ("deliveries/s, 100 endpoints answering after 200 ms (1 default worker)", ">= 2,000"),
     "noisy_neighbour": ("healthy endpoint p99 beside a hanging one", "<= 1000 ms"),
+    "fair_quiet_p99": ("fairness: quiet tenant's POST -> first attempt p99 while another works off a backlog",
+                       "<= 300 ms"),
+    "fair_many_p99": ("fairness: 10 quiet tenants' POST -> first attempt p99 beside 100 loud ones", "<= 300 ms"),
+    "fair_weights": ("fairness: weights 1 : 3, attempts while both have backlogs (light per heavy)", "0.30-0.37"),
+    "fair_alone": ("fairness: a tenant alone drains at (vs the window unbounded)", ">= 0.95x"),
     "fifo_rate": ("fifo endpoint, fast receiver, two workers: deliveries/s", ">= 100"),
     "fifo_order": ("fifo: first successes in event order (head fails 3 times)", "yes"),
     "throttle_window": ("throttle 20/s: most attempts in any second", "<= 21"),
@@ -58,9 +68,28 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         c = results["catalog"]
         rows.append((*TARGETS["catalog"], f"{c['ratio']:.2f}x ({c['schemad_rps']:.0f} / {c['plain_rps']:.0f} req/s)",
                      c["ratio"] >= 0.9))
+    if "filters" in results:
+        f = results["filters"]
+        rows.append((*TARGETS["filters"], f"{f['ratio']:.2f}x ({f['filtered_us']:.0f} / {f['plain_us']:.0f} us)",
+                     f["ratio"] <= 1.1))
+    if "batch" in results:
+        b = results["batch"]
+        rate = b["batch100"]["events_per_second"]
+        rows.append((*TARGETS["batch_accepted"], f"{rate:,.0f}", rate >= 3000))
+        at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
+        if at_3000:
+            d = max(at_3000, key=lambda row: row["delivered_per_second"])  # the endpoint cap that did best
+            rows.append((*TARGETS["batch_delivered"], f"{d['delivered_per_second']:,.0f} at cap {d['endpoint_cap']:,} "
+                         f"(accepted {d['accepted_per_second']:,.0f}/s; post to arrival p99 {d['p99_ms']:,.0f} ms)",
+                         d["delivered_per_second"] >= 3000 and d["all_delivered"]))
     if "delivery" in results:
         ratio = results["delivery"][-1]["ratio"]
         rows.append((*TARGETS["delivery"], f"{ratio:.2f}x", ratio >= 0.8))
+    if "destinations" in results:
+        kinds = results["destinations"]["kinds"]
+        slowest = min(kinds, key=lambda kind: kinds[kind]["per_second"])
+        rate = kinds[slowest]["per_second"]
+        rows.append((*TARGETS["destinations"], f"{rate:,.0f}/s ({slowest})", rate >= 2000))
     if "access" in results:
         a = results["access"]
         rounds = f"; rounds {', '.join(f'{r:.2f}' for r in a['rounds_cpu_ratio'])}" if "rounds_cpu_ratio" in a else ""
@@ -72,6 +101,16 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
     if "noisy_neighbour" in results:
         p99 = results["noisy_neighbour"]["p99_ms"]
         rows.append((*TARGETS["noisy_neighbour"], f"{p99:.1f} ms", p99 <= 1000))
+    if "fairness" in results:
+        f = results["fairness"]
+        for key, target in (("quiet_behind_backlog", "fair_quiet_p99"), ("many_loud", "fair_many_p99")):
+            p99, before = f[key]["fair"]["p99_ms"], f[key]["unbounded"]["p99_ms"]
+            rows.append((*TARGETS[target], f"{p99:.0f} ms (unbounded window: {before:.0f} ms)", p99 <= 300))
+        ratio = f["weights"]["fair"]["light_per_heavy"]
+        rows.append((*TARGETS["fair_weights"], f"{ratio:.3f} (1 : {1 / ratio:.2f})", 0.30 <= ratio <= 0.37))
+        alone = f["alone"]["fair"]["per_second"] / f["alone"]["unbounded"]["per_second"]
+        rows.append((*TARGETS["fair_alone"], f"{alone:.2f}x ({f['alone']['fair']['per_second']:.0f} / "
+                     f"{f['alone']['unbounded']['per_second']:.0f} per s)", alone >= 0.95))
     if "ordering" in results:
         o = results["ordering"]
         rows.append((*TARGETS["fifo_rate"], f"{o['per_second']:.0f}", o["per_second"] >= 100))
@@ -128,11 +167,8 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
 def markdown(results: dict) -> str:
     m = results["machine"]
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Python {m['python']}, "
-             f"PostgreSQL {m['postgres']}; {'quick' if results.get('quick') else 'full'} run {results['started']}.",
+             f"PostgreSQL {m['postgres']}.", *stamps_table(results),
              "", "| target | goal | measured | met |", "|---|---|---|---|"]
-    if results.get("sections_measured"):
-        lines.insert(1, "Measured again since, alone (`--only`): " + ", ".join(
-            f"{name} {when}" for name, when in sorted(results["sections_measured"].items())) + ".")
     lines += [f"| {name} | {goal} | {value} | {'yes' if ok else '**no**'} |" for name, goal, value, ok in headline(results)]
     if "intake" in results:
         has_bare = any(r["target"] == "bare" for r in results["intake"])
@@ -149,20 +185,64 @@ def markdown(results: dict) -> str:
             b = _intake(results, mode, "bare", c) if has_bare else None
             lines.append(f"| {mode} | {c} | {row['rps']:.0f} | {b['rps'] if b else float('nan'):.0f} | {f['rps']:.0f} | "
                          f"{row['p99_ms']:.1f} / {b['p99_ms'] if b else float('nan'):.1f} / {f['p99_ms']:.1f} |")
+        cpu = [(row, _intake(results, row["mode"], "bare", row["connections"]) if has_bare else None)
+               for row in results["intake"] if row["target"] == "herald" and "cpu_ms_web" in row]
+        if cpu:
+            lines += ["", "CPU per request from process accounting (the server's processes; PostgreSQL: every "
+                          "postgres process of the machine), medians of the rounds, ms:", "",
+                      "| mode | conc. | Herald web / PostgreSQL | bare floor web / PostgreSQL |", "|---|---|---|---|"]
+            for row, b in cpu:
+                bare = f"{b['cpu_ms_web']:.3f} / {b['cpu_ms_postgres']:.3f}" if b and "cpu_ms_web" in b else "-"
+                lines.append(f"| {row['mode']} | {row['connections']} | {row['cpu_ms_web']:.3f} / "
+                             f"{row['cpu_ms_postgres']:.3f} | {bare} |")
+    if "batch" in results:
+        b = results["batch"]
+        lines += ["", f"Batch intake (`POST /api/v1/events/batch`, 8 client threads, the median of "
+                      f"{len(b['batch100']['rounds_events_per_second'])} alternating rounds, no worker running): "
+                      f"{b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 (rounds "
+                      f"{b['batch100']['rounds_events_per_second']}, a request's p99 {b['batch100']['p99_ms']:,.0f} ms), "
+                      f"single posts {b['single']['events_per_second']:,.0f} events/s (rounds "
+                      f"{b['single']['rounds_events_per_second']})."]
+        if b.get("delivered"):
+            lines += ["", "The backlog delivered: batches of 100 offered at a fixed rate for "
+                          f"{b['delivered'][0]['seconds']:g} s, with one `celery -A config worker` and beat running, to one "
+                          "endpoint on the fast receiver; post to arrival from the instant each batch was due:", "",
+                      "| offered events/s | endpoint cap | accepted/s | delivered/s | post to arrival p50 / p99 / max ms | "
+                      "drained after the last batch | CPU ms per event: gunicorn / worker / PostgreSQL (machine) |",
+                      "|---|---|---|---|---|---|---|"]
+            for row in b["delivered"]:
+                c = row["cpu_ms_per_event"]
+                lines.append(f"| {row['rate']:,} | {row['endpoint_cap']:,} | {row['accepted_per_second']:,.0f} | "
+                             f"{row['delivered_per_second']:,.0f}"
+                             f"{'' if row['all_delivered'] else ' (not all)'} | {row['p50_ms']:,.0f} / {row['p99_ms']:,.0f} / "
+                             f"{row['max_ms']:,.0f} | {row['drain_seconds']:.1f} s | {c['web']:.3f} / {c['worker']:.3f} / "
+                             f"{c['postgres']:.3f} |")
+            active = [row for row in b["delivered"] if row.get("postgres_active")]
+            if active:
+                lines += ["", "PostgreSQL's side (what its active backends ran, sampled every 20 ms; backends at once, on "
+                              "average):", ""]
+                for row in active:
+                    top = ", ".join(f"`{name}` {n:.2f}" for name, n in list(row["postgres_active"].items())[:5])
+                    lines.append(f"- {row['rate']:,}/s at cap {row['endpoint_cap']:,}: {top}")
     if "delivery" in results:
         lines += ["", "Delivery to a fast local receiver, one `celery -A config worker` (100 threads) on each side:", "",
                   "| | deliveries/s | worker CPU per delivery | PostgreSQL connections | worker peak RSS MB |",
                   "|---|---|---|---|---|"]
         for row in results["delivery"]:
-            cells = [("Celery floor (bare task, libcurl)", row["floor"]), ("Herald, cap 100", row["herald"])]
+            cells = [("Celery floor (bare task, libcurl, one message per POST)", row["floor"])]
+            if "floor_batched" in row:
+                cells.append(("Celery floor, 100 POSTs per message on libcurl's multi interface", row["floor_batched"]))
+            cells.append((f"Herald, endpoint cap {row['herald_cap']:,}", row["herald"]))
             if "herald_default_cap" in row:
-                cells.append(("Herald, default cap of 10", row["herald_default_cap"]))
+                cells.append((f"Herald, default cap of {row.get('default_cap', 10)}", row["herald_default_cap"]))
             for label, r in cells:
                 lines.append(f"| {label} | {r['per_second']:.0f} | {r.get('worker_cpu_ms', float('nan')):.2f} ms | "
                              f"{r.get('db_connections_peak', '-')} | {r['worker_peak_rss_mb']} |")
             if "runs" in row:
+                batched = (f"; against the floor given 100 POSTs a message {row['ratio_batched']:.2f} (runs "
+                           f"{row['runs']['floor_batched']})") if "floor_batched" in row else ""
                 lines.append(f"\nRatio {row['ratio']:.2f}: medians of alternating runs (floor {row['runs']['floor']}, "
-                             f"Herald {row['runs']['herald']} deliveries/s).")
+                             f"Herald {row['runs']['herald']} deliveries/s){batched}.")
             if "table_writes_per_delivery" in row:
                 lines += ["", "Rows written per delivery (publish, claim, send, record; the last Herald run, from "
                               "pg_stat_user_tables):", "", "| table | inserted | updated | of which HOT | deleted |",
@@ -187,6 +267,17 @@ def markdown(results: dict) -> str:
             f, w = row["fast"], row["slow_200ms"]
             lines.append(f"| {row['workers']} | {f['per_second']:.0f} | {f['worker_cpu_ms']:.2f} ms | "
                          f"{w['per_second']:.0f} | {w['peak_in_flight']} | {w['db_connections_peak']} |")
+    if "destinations" in results:
+        d = results["destinations"]
+        lines += ["", f"Destinations (SPEC §14): {d['deliveries']:,} deliveries to one broker endpoint of each kind "
+                      f"(its cap {d['herald_cap']:,}), one worker as the README starts it, the local RabbitMQ, Redis and "
+                      "NATS JetStream; messages/s from Herald's first attempt to its last one's end, kinds in "
+                      "alternating rounds, medians:", "",
+                  "| kind | messages/s | runs | worker CPU per message | failed attempts | at the broker |",
+                  "|---|---|---|---|---|---|"]
+        for kind, r in d["kinds"].items():
+            lines.append(f"| {kind} | {r['per_second']:,.0f} | {r['runs']} | {r['worker_cpu_ms']:.2f} ms | "
+                         f"{r['failed_attempts']} | {r['arrived']:,} |")
     if "brokers" in results:
         lines += ["", "Brokers: the fast-receiver drain (one worker; its relay publishes, so publishing is measured "
                       "too), medians of alternating runs:", "",
@@ -199,6 +290,17 @@ def markdown(results: dict) -> str:
                       f"endpoint of the same tenant got {r['events']} events at 10/s: post-to-arrival p50 "
                       f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms; the hanging endpoint "
                       f"had at most {r['hanging_peak_in_flight']} attempts in flight (its cap: 10)."]
+    if "fairness" in results:
+        f = results["fairness"]
+        lines += ["", f"Fairness across tenants ({f['rounds']} alternating rounds, medians; backlog {f['backlog']:,} "
+                      "deliveries; `unbounded`: the same build with WEBHOOK_PUBLISH_WINDOW unbounded, every due row "
+                      "published at once as before the scheduler):", "",
+                  "| figure | fair | unbounded |", "|---|---|---|"]
+        for key in ("quiet_behind_backlog", "many_loud", "weights", "alone"):
+            for name in f[key]["fair"]:
+                lines.append(f"| {key} {name} | {f[key]['fair'][name]:.3g} | {f[key]['unbounded'][name]:.3g} |")
+        lines += ["", "Scheduler cost, database time per delivery published (passes of 500 over 100,000 waiting "
+                      "rows): " + ", ".join(f"{n} tenants {v:.1f} us" for n, v in f["scheduler_cost"].items()) + "."]
     if "throttle" in results:
         t = results["throttle"]
         lines += ["", f"Throttle: {t['deliveries']} deliveries to an endpoint with throttle_rate {t['rate']} over two "
@@ -241,6 +343,17 @@ def markdown(results: dict) -> str:
                       f"intake p99 {y['intake_p99_ms_without']:.1f} ms without, {y['intake_p99_ms_during']:.1f} ms during; "
                       f"kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and {y['pending_left']:,} "
                       f"pending deliveries."]
+    if "batch" in results:
+        b = results["batch"]
+        text = (f"- **Batch intake**: {b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 "
+                f"({b['ratio']:.0f}x single posts from the same 8 clients)")
+        at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
+        if at_3000:
+            d = max(at_3000, key=lambda row: row["delivered_per_second"])
+            text += (f"; 3,000 events/s offered that way with a worker running: {d['delivered_per_second']:,.0f}/s "
+                     f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
+                     f"{d['p99_ms']:,.0f} ms")
+        lines.append(text + f" ({_short_stamp(results, 'batch')}).")
     if "erasure" in results:
         e = results["erasure"]
         first = e["rounds"][0]
@@ -279,6 +392,34 @@ def markdown(results: dict) -> str:
                          f"{row['accepted_per_second']:.0f} | {row['delivered_per_second']:.0f} | {row['p50_ms']:,.0f} / "
                          f"{row['p99_ms']:,.0f} / {row['max_ms']:,.0f} | {row['intake_p99_ms']:,.0f} | "
                          f"{row['to_attempt_p99_ms']:,.0f} | {row['machine_busy']:.0%} |")
+    if results.get("cost", {}).get("rows"):
+        rows = results["cost"]["rows"]
+        lines += ["", ("Cost per delivered event (`cost`: posted through the API by 8 threads, a stack of its own on a "
+                       "Redis of its own; per event, so fan-out 20 is 20 deliveries):"), "",
+                  "| | " + " | ".join(f"fan-out {r['fan_out']} ({r['events']:,} events)" for r in rows) + " |",
+                  "|---|" + "---|" * len(rows)]
+        for name in rows[0]["cpu_ms"]:
+            lines.append(f"| CPU ms, {name} | " + " | ".join(f"{r['cpu_ms'][name]:.2f}" for r in rows) + " |")
+        tables = sorted({t for r in rows for t in r["rows_written"]})
+        for table in tables:
+            cells = []
+            for r in rows:
+                w = r["rows_written"].get(table)
+                cells.append(f"{w['inserted']:g} / {w['updated']:g} ({w['hot_updated']:g} HOT) / {w['deleted']:g}; "
+                             f"{r['index_entries_written'][table]:g} index entries" if w else "-")
+            lines.append(f"| {table}: rows inserted / updated / deleted | " + " | ".join(cells) + " |")
+        lines += ["| rows written, all tables | " + " | ".join(f"{r['rows_written_total']:g}" for r in rows) + " |",
+                  "| index entries written (upper bound) | " + " | ".join(f"{r['index_entries_total']:g}" for r in rows)
+                  + " |",
+                  "| WAL bytes (whole cluster) | " + " | ".join(
+                      f"{r['wal_bytes']:,.0f} (other databases' transactions meanwhile: "
+                      f"{r['other_databases_transactions']:,})" for r in rows) + " |",
+                  "| transactions (bench database) | " + " | ".join(f"{r['transactions']:g}" for r in rows) + " |",
+                  "| statements | " + " | ".join(f"{r['statements']:g}" if r["statements"] is not None else "n/a"
+                                                 for r in rows) + " |",
+                  "| broker commands | " + " | ".join(f"{r['broker_commands_total']:g} (" + ", ".join(
+                      f"{k} {v:g}" for k, v in list(r["broker_commands"].items())[:5]) + ")" for r in rows) + " |"]
+        lines += ["", f"Statements: {rows[0]['statements_note']}."]
     if "memory" in results:
         web = results["memory"]["web_peak_rss_mb"]
         lines += ["", f"Peak RSS: gunicorn processes {', '.join(f'{v} MB' for v in web.values())}."]
@@ -362,6 +503,187 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+# --- stamps, caveats and the figures README.md and docs/benchmarks.md quote ------------------------------------
+
+def stamp(results: dict, part: str) -> str:
+    """What a part's figures ran on and when: its commit (and whether the tree differed from it), or, for figures
+    recorded before parts were stamped, the commit that recorded them."""
+    s = results.get("stamps", {}).get(part)
+    if not s:
+        return "not stamped"
+    day = s["started"][:16].replace("T", " ")
+    if s.get("commit"):
+        mode = " (--smoke)" if s.get("smoke") else " (--quick)" if s.get("quick") else ""
+        return f"commit {s['commit'][:7]}{' with uncommitted changes' if s.get('dirty') else ''}, {day} UTC{mode}"
+    return f"{day} UTC, commit not recorded (results committed in {s['recorded_in']})"
+
+
+def caveats(results: dict, part: str) -> list[str]:
+    """What makes a part's comparison unequal, as far as results.json tells."""
+    out = []
+    if part == "intake" and "intake" in results:
+        rows = results["intake"]
+        if any(r["target"] == "floor" and r.get("chain") != "api" for r in rows):
+            out.append("unequal floor: the key floor ran on Django's full middleware chain, Herald's /api/v1/ on its "
+                       "lean one; not re-run since")
+        if any(r.get("order") != "abba" for r in rows):
+            out.append("rounds in a fixed order (bare, floor, Herald)")
+    if part == "delivery" and "delivery" in results:
+        row = results["delivery"][-1]
+        if "floor_batched" not in row:
+            out.append("unequal floor: one Celery message per POST, where Herald's relay publishes up to 100 "
+                       "deliveries a message; not re-run since")
+        if row.get("order") != "abba":
+            out.append("runs in a fixed order (floor, then Herald)")
+    if part in ("prune", "year") and part in results:
+        out.append("intake p99 without, then during: one run each, not alternated")
+    stamped = results.get("stamps", {}).get(part, {}).get("commit")
+    if part in ("slow_receivers", "brokers", "tracing", "longpoll", "fairness") and part in results and not stamped:
+        out.append("rounds in a fixed order (the bench alternates ABBA since its runs are stamped)")
+    return out
+
+
+def stamps_table(results: dict) -> list[str]:
+    parts = [p for p in results.get("stamps", {}) if p in results] + [
+        p for p in results if isinstance(results[p], (dict, list)) and p not in ("machine", "stamps")
+        and p not in results.get("stamps", {})]
+    lines = ["", ("Each part's figures, what they ran on and when (a part measured again alone, `--only`, replaces "
+                  "its section and its stamp):"), "", "| part | ran on | caveat |", "|---|---|---|"]
+    for part in parts:
+        lines.append(f"| {part} | {stamp(results, part)} | {'; '.join(caveats(results, part)) or '-'} |")
+    return lines
+
+
+def _short_stamp(results: dict, part: str) -> str:
+    s = results.get("stamps", {}).get(part, {})
+    if s.get("commit"):
+        return f"commit {s['commit'][:7]}{'+' if s.get('dirty') else ''}, {s['started'][:10]}"
+    return f"{s['started'][:10]}, before runs were stamped" if s else "not stamped"
+
+
+def readme_figures(results: dict) -> str:
+    """The bullet list of README.md's "What it does on 2 cores"."""
+    lines = []
+    if "intake" in results:
+        first, bare = (_intake(results, "first", t, 16) for t in ("herald", "bare"))
+        replay = _intake(results, "replay", "herald", 16)["rps"] / _intake(results, "replay", "bare", 16)["rps"]
+        lines.append(f"- **Intake**: {first['rps']:,.0f} first executions/s at c=16 ({first['rps'] / bare['rps']:.2f}x "
+                     "a bare Django view on no middleware that only writes the key; what bounds it is in "
+                     f"[docs/idempotency.md](docs/idempotency.md)), replays {replay:.2f}x "
+                     f"({_short_stamp(results, 'intake')}).")
+    if "delivery" in results:
+        row = results["delivery"][-1]
+        text = (f"- **Delivery**: {row['ratio']:.2f}x a bare Celery task sending the same POST with libcurl, one "
+                f"message per POST (one worker each, Herald's endpoint cap {row['herald_cap']:,})")
+        if "floor_batched" in row:
+            text += f"; {row['ratio_batched']:.2f}x the same task given 100 POSTs a message, as Herald's relay sends them"
+        else:
+            text += "; an unequal floor (Herald's relay carries up to 100 deliveries a message), not re-run since"
+        lines.append(text + f" ({_short_stamp(results, 'delivery')}).")
+    if "destinations" in results:
+        kinds = results["destinations"]["kinds"]
+        rates = ", ".join(f"{kind} {r['per_second']:,.0f}/s" for kind, r in kinds.items())
+        lines.append(f"- **Broker destinations**: one worker to the local brokers, {rates} "
+                     f"({_short_stamp(results, 'destinations')}).")
+    if "default" in results.get("slow_receivers", {}):
+        d = results["slow_receivers"]["default"]
+        lines.append(f"- **Slow receivers**: one worker keeps up to {d['peak_in_flight']:,} attempts in flight: "
+                     f"{d['per_second']:,.0f} deliveries/s to 100 receivers that answer after 200 ms "
+                     f"({_short_stamp(results, 'slow_receivers')}).")
+    if results.get("sustained", {}).get("rows"):
+        r = results["sustained"]
+        rows = {row["rate"]: row for row in r["rows"]}
+        held = r["highest_rate"]
+        text = "- **End to end** (events offered at a fixed rate, post to arrival): "
+        if held:
+            text += f"every event delivered with p99 {rows[held]['p99_ms']:,.0f} ms at {held} events/s"
+        else:
+            text += "no rate held (every event delivered with p99 under 1 s)"
+        above = [rate for rate in rows if rate > held]
+        if above:
+            text += f", p99 {rows[above[0]]['p99_ms'] / 1000:.1f} s at {above[0]}/s"
+        cpu = []
+        for rate in sorted(rows)[:2]:
+            cores = rows[rate]["cpu_cores"]
+            used = cores["web"] + cores["worker"] + rows[rate]["cpu_cores_by_command"].get("postgres", 0)
+            cpu.append(f"{used / rate * 1000:.1f} ms at {rate}/s")
+        text += ("; CPU per event across gunicorn, PostgreSQL and the worker: " + ", ".join(cpu)
+                 + f" ({_short_stamp(results, 'sustained')}).")
+        lines.append(text)
+    if "batch" in results:
+        b = results["batch"]
+        text = (f"- **Batch intake**: {b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 "
+                f"({b['ratio']:.0f}x single posts from the same 8 clients)")
+        at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
+        if at_3000:
+            d = max(at_3000, key=lambda row: row["delivered_per_second"])
+            text += (f"; 3,000 events/s offered that way with a worker running: {d['delivered_per_second']:,.0f}/s "
+                     f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
+                     f"{d['p99_ms']:,.0f} ms")
+        lines.append(text + f" ({_short_stamp(results, 'batch')}).")
+    if "erasure" in results:
+        e = results["erasure"]
+        first = e["rounds"][0]
+        lines.append(f"- **Erasure** of a deleted tenant with {first['seeded_deliveries']:,} deliveries and as many "
+                     f"attempts: {e['rows_per_second']:,.0f} rows/s while another tenant's intake p99 grows "
+                     f"{e['p99_ratio']:.2f}x ({_short_stamp(results, 'erasure')}).")
+    return "\n".join(lines)
+
+
+# The generated blocks: in a document, `<!-- bench:NAME -->` ... `<!-- /bench:NAME -->` holds NAME's rendering.
+BLOCKS = {"README.md": {"figures": readme_figures}, "docs/benchmarks.md": {"results": markdown}}
+
+
+def render_docs(results: dict, root: Path, write: bool) -> list[str]:
+    """Each generated block of README.md and docs/benchmarks.md rendered from `results`; with `write`, put in
+    place. Returns the blocks whose text differed (file:name), or were missing."""
+    import re
+
+    stale = []
+    for name, blocks in BLOCKS.items():
+        path = root / name
+        text = path.read_text()
+        for block, render in blocks.items():
+            pattern = re.compile(rf"(<!-- bench:{block} -->\n)(.*?)(<!-- /bench:{block} -->)", re.DOTALL)
+            found = pattern.search(text)
+            if found is None:
+                stale.append(f"{name}:{block} (no markers)")
+                continue
+            want = render(results).rstrip("\n") + "\n"
+            if found.group(2) != want:
+                stale.append(f"{name}:{block}")
+                text = text[:found.start(2)] + want + text[found.end(2):]
+        if write:
+            path.write_text(text)
+    return stale
+
+
+def main() -> None:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="Render bench/results/results.json: results.md and results.png, "
+                                                 "and the figures README.md and docs/benchmarks.md quote")
+    parser.add_argument("--docs", action="store_true", help="rewrite the generated blocks of README.md and "
+                                                            "docs/benchmarks.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a generated block differs")
+    args = parser.parse_args()
+    directory = Path(__file__).resolve().parent / "results"
+    results = json.loads((directory / "results.json").read_text())
+    root = directory.parent.parent
+    if args.check:
+        stale = render_docs(results, root, write=False)
+        raise SystemExit(f"out of date: {', '.join(stale)} (python -m bench.report --docs)" if stale else 0)
+    write_report(results, directory)
+    if args.docs:
+        for block in render_docs(results, root, write=True):
+            print(f"rewrote {block}")
+
+
 def write_report(results: dict, directory: Path) -> None:
     (directory / "results.md").write_text(markdown(results))
     plot(results, directory / "results.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -15,7 +15,7 @@ from testkit.processes import free_port  # noqa: F401 - bench/__main__ uses it f
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-LOGS = ROOT / ".data" / "bench"
+LOGS = Path(os.environ.get("BENCH_LOG_DIR") or ROOT / ".data" / "bench")  # each smoke shard has its own
 # Another name (and BENCH_REDIS_URL, BENCH_QUEUE) lets two checkouts benchmark on one machine without
 # dropping each other's database or purging each other's queue.
 DB_NAME = os.environ.get("BENCH_DB_NAME", "herald_bench")
@@ -57,6 +57,42 @@ class Proc(processes.Process):
         super().__init__(name, argv, env, LOGS / f"{name}.log", ready=ready, timeout=60, cwd=cwd)
 
 
+class ActivitySampler:
+    """Samples, every 20 ms, what this database's active backends run (the first words of the statement, or the
+    function it calls): PostgreSQL's side of a profile, as shares of the samples of backends on CPU or waiting."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, int] = {}
+        self.taken = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(f"host=127.0.0.1 dbname={DB_NAME}", autocommit=True) as conn:
+            while not self._stop.wait(0.02):
+                rows = conn.execute(
+                    "SELECT coalesce(substring(query FROM '(herald_[a-z_]+)\\('), left(regexp_replace(query, '\\s+', ' ', 'g'), 40)),"
+                    " coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity WHERE state = 'active'"
+                    " AND datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+                self.taken += 1
+                for statement, wait in rows:
+                    key = f"{statement} [{wait}]"
+                    self.samples[key] = self.samples.get(key, 0) + 1
+
+    def top(self, n: int = 8) -> dict[str, float]:
+        """The most sampled statements: on average, how many backends ran each at once."""
+        ranked = sorted(self.samples.items(), key=lambda kv: -kv[1])[:n]
+        return {key: round(count / max(self.taken, 1), 2) for key, count in ranked}
+
+    def __enter__(self) -> "ActivitySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 class ConnectionSampler:
     """Samples, every 50 ms, how many PostgreSQL connections processes with `application_name` hold."""
 
@@ -95,7 +131,7 @@ def gunicorn(port: int, app: str = "config.wsgi", name: str = "gunicorn", cwd: P
         try:
             requests.get(f"{url}/healthz", timeout=2)
             break
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):   # not accepting yet, or still loading the app
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
@@ -117,6 +153,9 @@ def bare_floor(port: int) -> Proc:
 def worker(name: str, *flags: str, **env) -> Proc:
     """`celery -A config worker` as the README starts it (the configured pool and concurrency), named;
     `flags` are added (a pool comparison)."""
+    if os.environ.get("BENCH_SMOKE"):
+        # --smoke measures nothing: a second of mingle (waiting to hear from other workers) per start is saved
+        flags = (*flags, "--without-mingle", "--without-gossip")
     argv = processes.celery_worker_argv(name, *flags)
     env = base_env(**env)
     env["LOG_LEVEL"] = "INFO"  # the ready line is logged at INFO
