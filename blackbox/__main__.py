@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
 import time
 import traceback
@@ -61,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/blackbox", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
     parser.add_argument("--only", help=f"comma-separated: {', '.join(SCENARIOS)} (or {', '.join(ALIASES)})")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the receivers' and clients' RNGs and hypothesis")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the receivers' and clients' RNGs and hypothesis (default: a new one each run, "
+                             "printed and kept in the report, so that a failure can be replayed with --seed)")
     parser.add_argument("--broker", choices=["redis", "rabbitmq"], default="redis",
                         help="Celery's broker: a private redis-server (default), or a virtual host of the machine's "
                              "RabbitMQ (127.0.0.1:5672, guest), restarted and purged by the broker scenarios")
     args = parser.parse_args(argv)
+    if args.seed is None:
+        args.seed = secrets.randbelow(2**31)
     wanted = select(args.only)
     profile = PROFILES[args.profile]
     install_signal_handlers()
@@ -76,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     broker = args.broker
     ctx: Context | None = None
     try:
-        print(f"blackbox: profile {profile.name}, scenarios {', '.join(wanted)}; logs in {LOGS}", flush=True)
+        print(f"blackbox: profile {profile.name}, scenarios {', '.join(wanted)}, seed {args.seed} (replay with "
+              f"--seed {args.seed}); logs in {LOGS}", flush=True)
         stack.start()
         if stack.rabbitmq:
             broker = f"rabbitmq {stack.rabbitmq.version()} (virtual host {stack.rabbitmq.vhost}, durable queues)"

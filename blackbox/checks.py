@@ -74,7 +74,9 @@ class Db:
                               "GROUP BY request_id", (request_ids,)))
 
     def stored_keys(self, keys: list[str]) -> dict[str, tuple[int, int]]:
-        """key -> (credential id, response status) for every stored idempotency key among `keys`."""
+        """key -> (credential id, response status) for every stored idempotency key among `keys`. A key holding
+        U+0000 cannot be stored (PostgreSQL text refuses it), so it is not looked up: asking would be an error."""
+        keys = [key for key in keys if "\x00" not in key]
         if not keys:
             return {}
         return {key: (cred, rstatus) for key, cred, rstatus in self.rows(
@@ -99,6 +101,14 @@ class Db:
             out[delivery_id].append({"number": number, "response_status": status, "error": error,
                                      "duration_ms": duration})
         return dict(out)
+
+    def first_attempt_starts(self, tenant_id: str) -> list[tuple[str, float, float]]:
+        """(event id, first attempt's start, event's created_at) in epoch seconds for every first attempt of a
+        tenant's deliveries, as Herald recorded them (`attempts[0].started_at`)."""
+        return self.rows("SELECT d.event_id, extract(epoch FROM a.started_at)::float8, "
+                         "extract(epoch FROM e.created_at)::float8 FROM webhooks_deliveryattempt a "
+                         "JOIN webhooks_delivery d ON d.id = a.delivery_id JOIN webhooks_event e ON e.id = d.event_id "
+                         "WHERE d.tenant_id = %s AND a.number = 1", (tenant_id,))
 
     def attempt_intervals(self, endpoint_id: str) -> list[tuple[float, float]]:
         """(start, end) in epoch seconds of every recorded attempt to one endpoint, as Herald timed them."""

@@ -40,6 +40,7 @@ class Hit:
     verified: bool
     verify_error: str = ""
     peer_port: int = 0
+    peer_host: str = ""
     answered: int | None = None  # status written to a still-connected sender; None if the sender gave up first
     finished: float | None = None
     client_gone: bool = False
@@ -166,9 +167,10 @@ def _client_went_away(conn: socket.socket, seconds: float, closing: threading.Ev
 # ---------------------------------------------------------------- the server
 
 class Receiver:
-    """A threaded HTTP/1.1 server on 127.0.0.1 that answers by its behaviour and records every request."""
+    """A threaded HTTP/1.1 server on 127.0.0.1 (or `host`: an address of a test host of the `hosts` scenario)
+    that answers by its behaviour and records every request."""
 
-    def __init__(self, name: str, behaviour: Behaviour, seed: int = 0):
+    def __init__(self, name: str, behaviour: Behaviour, seed: int = 0, host: str = "127.0.0.1"):
         self.name = name
         self.behaviour = behaviour
         self.secret: str | None = None  # the signing secret of the endpoint at `url`
@@ -201,9 +203,10 @@ class Receiver:
             def handle_error(self, request, client_address):
                 receiver.errors += 1  # a sender that gave up on a hang is expected here
 
-        self._server = Server(("127.0.0.1", 0), Handler)
+        self.host = host
+        self._server = Server((host, 0), Handler)
         self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/hook/{name}"
+        self.url = f"http://{host}:{self.port}/hook/{name}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"receiver-{name}", daemon=True)
         self._thread.start()
@@ -220,7 +223,7 @@ class Receiver:
             plan = self.behaviour.plan(self._rng)
             hit = Hit(webhook_id=msg_id, path=handler.path, body=body, headers=headers, arrived=time.monotonic(),
                       wall=time.time(), plan=plan, verified=verified, verify_error=verify_error,
-                      peer_port=handler.client_address[1])
+                      peer_port=handler.client_address[1], peer_host=handler.client_address[0])
             self.hits.append(hit)
             flight = (handler.path, msg_id)  # one endpoint's copy of the webhook
             self.in_flight[flight] += 1
@@ -272,7 +275,7 @@ class Receiver:
     def path_url(self, suffix: str) -> tuple[str, str]:
         """(path, url) of one more endpoint on this receiver."""
         path = f"/hook/{self.name}/{suffix}"
-        return path, f"http://127.0.0.1:{self.port}{path}"
+        return path, f"http://{self.host}:{self.port}{path}"
 
     def unverified(self) -> list[Hit]:
         return [h for h in self.snapshot() if not h.verified]
@@ -319,8 +322,8 @@ class Receivers:
 
     items: list[Receiver] = field(default_factory=list)
 
-    def new(self, name: str, behaviour: Behaviour, seed: int = 0) -> Receiver:
-        receiver = Receiver(name, behaviour, seed)
+    def new(self, name: str, behaviour: Behaviour, seed: int = 0, host: str = "127.0.0.1") -> Receiver:
+        receiver = Receiver(name, behaviour, seed, host)
         self.items.append(receiver)
         return receiver
 

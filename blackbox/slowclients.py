@@ -32,6 +32,7 @@ class Trickler(threading.Thread):
         self.address = (host, port)
         self.first, self.piece, self.interval = first, piece, interval
         self.result = Trickle()
+        self.opened = threading.Event()   # set once `first` is sent (or the connection failed): the attack is on
         self._stop_event = threading.Event()
 
     def run(self) -> None:
@@ -39,11 +40,13 @@ class Trickler(threading.Thread):
             sock = socket.create_connection(self.address, timeout=5)
         except OSError as exc:
             self.result.error = f"connect: {exc}"
+            self.opened.set()
             return
         with sock:
             self.result.started = time.monotonic()
             try:
                 sock.sendall(self.first)
+                self.opened.set()
                 sock.settimeout(self.interval)
                 while not self._stop_event.is_set():
                     try:
@@ -56,6 +59,8 @@ class Trickler(threading.Thread):
             except OSError as exc:   # reset by the server: cut
                 self._finish(b"")
                 self.result.error = repr(exc)
+            finally:
+                self.opened.set()
 
     def _finish(self, answer: bytes) -> None:
         self.result.cut_after = time.monotonic() - self.result.started
@@ -63,6 +68,14 @@ class Trickler(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
+
+
+def all_opened(tricklers: list[Trickler], timeout: float = 30) -> None:
+    """Wait until every trickler has sent its first bytes (or failed to connect); TimeoutError otherwise."""
+    deadline = time.monotonic() + timeout
+    for trickler in tricklers:
+        if not trickler.opened.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"a trickling connection did not open within {timeout:g} s")
 
 
 def status_of(answer: bytes) -> int | None:
