@@ -28,6 +28,7 @@ from tests.processes import celery_beat, celery_worker, free_port, gunicorn
 from tests.stub_http import Step, problem, stubs  # noqa: F401 - stubs: a fixture
 from webhooks.models import Delivery
 from webhooks.delivery.signing import generate_secret, webhook_headers
+from webhooks.delivery import signing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -307,8 +308,6 @@ def test_the_receiver_verifies_a_v1a_endpoint_with_its_public_key_alone(api, her
     assert webhook_id == event["id"] and payload["data"] == {"invoice": "in_v1a"}
     detail = wait_until(lambda: _delivery(api, event["deliveries"][0]["id"], "succeeded"), message="delivered")
     assert [attempt["response_status"] for attempt in detail["attempts"]] == [200]
-
-    from webhooks import signing
 
     body, v1 = _signed(generate_secret(), "evt_forged", PAYLOAD)
     assert running.send(body, v1).status_code == 400
