@@ -11,7 +11,7 @@ def test_every_installed_function_is_its_file():
     installed = sql.installed_bodies(connection)
     assert sorted(installed) == sorted(sql.function_name(path) for path in sql.files())
     for path in sql.files():
-        assert installed[sql.function_name(path)] == sql.body(path.read_text()), path.name
+        assert installed[sql.function_name(path)] == sql.body(sql.text(path)), path.name
     assert sql.differences(connection) == []
 
 
@@ -54,3 +54,16 @@ def test_the_breakers_healthy_is_the_same_rule_as_the_sql_function():
             in_python = BreakerState(failures, tripped_at, 0, failing_since).healthy
             assert in_sql is in_python, (tripped_at, failures, failing_since)
     assert sum(BreakerState(f, t, 0, s).healthy for t, f, s in cases) == 1  # only the one with nothing set
+
+
+@pytest.mark.django_db
+def test_the_fast_paths_fan_out_is_the_fan_out_modules_own():
+    """herald_event_intake (event_intake.sql) holds no copy of the matching rule or of the delivery and outbox
+    inserts: its file has a placeholder, and what is installed is webhooks/delivery/fanout.py's statement."""
+    from webhooks.delivery import fanout
+
+    path = sql.FOLDER / "event_intake.sql"
+    assert "{{single_event}}" in path.read_text() and "INSERT INTO webhooks_delivery" not in path.read_text()
+    installed = sql.installed_bodies(connection)[sql.function_name(path)]
+    assert fanout.FAST_PATH_FANOUT in installed and "{{" not in installed
+    assert all("{{" not in sql.text(each) for each in sql.files())

@@ -1,7 +1,8 @@
 """The deliveries (Delivery, webhooks_delivery): every write of them from Python, whole or as part of a statement.
 
 Writers, and where each write is made:
-- intake's fan-out inserts them (`insert_matched`, a part of webhooks/delivery/fanout.py's statements);
+- intake's fan-out inserts them (`insert_matched`, a part of webhooks/delivery/fanout.py's statements, one of
+  which is rendered into the fast path's herald_event_intake, webhooks/sql/event_intake.sql);
 - the claim parks, unparks and closes one, the record moves one on after its attempt, the hand-on unparks
   the ones given a freed slot: PL/pgSQL, webhooks/sql/delivery_claim.sql, delivery_record.sql and
   endpoint_hand_on.sql (their only copies);

@@ -1,10 +1,12 @@
 """The fan-out: an event and its deliveries inserted (the one writer of their rows at intake), the relays'
 doorbell rung after commit.
 
-The owner of these inserts (events, deliveries and their outbox rows, in one statement); the services above
-call it: intake's events (webhooks/services/events.py), a test event, and Herald's own operational events,
-which the record of an attempt (webhooks/delivery/record.py) and an endpoint disabled
-(webhooks/delivery/endpoints.py) emit from inside the delivery package.
+The owner of these inserts (events, deliveries and their outbox rows, in one statement) and of the rule that
+matches an event to endpoints (`_matches`); the intake's fast path runs the same statement inside its PL/pgSQL
+function (FAST_PATH_FANOUT, rendered into webhooks/sql/event_intake.sql). The services above call it: intake's
+events (webhooks/services/events.py), a test event, and Herald's own operational events, which the record of
+an attempt (webhooks/delivery/record.py) and an endpoint disabled (webhooks/delivery/endpoints.py) emit from
+inside the delivery package.
 """
 import json
 from datetime import datetime
@@ -50,38 +52,71 @@ from webhooks.payload import build_payload
 #
 # The two lists travel as JSON arrays, turned into arrays by PostgreSQL: psycopg's Python list adapter
 # cost about 5 % of an intake request's CPU.
-_INGEST_SQL = f"""
-WITH lists AS (
-    SELECT ARRAY(SELECT jsonb_array_elements_text(%(channels)s::jsonb))::varchar[] AS channels,
-           ARRAY(SELECT jsonb_array_elements_text(%(patterns)s::jsonb))::varchar[] AS patterns
+def _matches(*, patterns: str, channels: str, document: str, reserved: str = "false") -> str:
+    """The matching rule, the one copy of it: a condition on the endpoint `e` for an event whose matching
+    patterns and channels are the arrays `patterns` and `channels` and whose `{type, channels, data}` is
+    `document` (evaluated only for an endpoint with a filter). `reserved`: whether the type is one of Herald's
+    own (then only the endpoints that name it, whatever their channels)."""
+    return f"""((e.event_types = '{{}}' AND NOT {reserved}) OR e.event_types && {patterns})
+       AND (e.channels = '{{}}' OR e.channels && {channels} OR {reserved})
+       AND (e.filter_path IS NULL OR coalesce({document} @@ e.filter_path, false))"""
+
+
+def single_event(*, event_id: str, tenant: str, type_: str, channels: str, patterns: str, payload: str,
+                 request_id: str, traceparent: str, now: str, delivery_prefix: str, reserved: str = "false",
+                 only: str = "NULL::varchar") -> str:
+    """The fan-out of one event, as the CTEs `lists`, `event`, `matched`, `deliveries` (RETURNING id,
+    endpoint_id, polled) and `outbox`, each argument an SQL expression. Two statements are made of it:
+    `_INGEST_SQL` below (expressions: query parameters) and the intake's fast path, herald_event_intake
+    (webhooks/sql/event_intake.sql's `{{single_event}}`, expressions: the function's arguments, with no
+    reserved type and no `only`), so the fast path inserts what this module would."""
+    document = f"""(SELECT jsonb_build_object('type', {type_}::text, 'channels', {channels}::jsonb,
+                                           'data', convert_from(payload, 'UTF8')::jsonb -> 'data')
+                   FROM event)"""
+    return f"""WITH lists AS (
+    SELECT ARRAY(SELECT jsonb_array_elements_text({channels}::jsonb))::varchar[] AS channels,
+           ARRAY(SELECT jsonb_array_elements_text({patterns}::jsonb))::varchar[] AS patterns
 ), event AS (
     INSERT INTO {Event._meta.db_table} (id, tenant_id, type, channels, payload, request_id, traceparent, created_at)
-    SELECT %(event_id)s, %(tenant)s, %(type)s, lists.channels, %(payload)s, %(request_id)s, %(traceparent)s, %(now)s
+    SELECT {event_id}, {tenant}, {type_}, lists.channels, {payload}, {request_id}, {traceparent}, {now}
       FROM lists
     RETURNING id, payload
 ), matched AS (
     SELECT e.id, e.kind, row_number() OVER (ORDER BY e.id) AS rank
       FROM {Endpoint._meta.db_table} e, lists
-     WHERE e.tenant_id = %(tenant)s AND e.enabled AND e.deleted_at IS NULL
-       AND CASE WHEN %(only)s::varchar IS NOT NULL THEN e.id = %(only)s
-                ELSE ((e.event_types = '{{}}' AND NOT %(reserved)s) OR e.event_types && lists.patterns)
-                     AND (e.channels = '{{}}' OR e.channels && lists.channels OR %(reserved)s)
-                     AND (e.filter_path IS NULL OR coalesce(
-                            (SELECT jsonb_build_object('type', %(type)s::text, 'channels', %(channels)s::jsonb,
-                                                       'data', convert_from(payload, 'UTF8')::jsonb -> 'data')
-                               FROM event) @@ e.filter_path, false)) END
+     WHERE e.tenant_id = {tenant} AND e.enabled AND e.deleted_at IS NULL
+       AND CASE WHEN {only} IS NOT NULL THEN e.id = {only}
+                ELSE {_matches(patterns="lists.patterns", channels="lists.channels", document=document,
+                               reserved=reserved)} END
 ), deliveries AS (
-    {deliveries.insert_matched("matched", tenant="%(tenant)s", now="%(now)s", event_sql="(SELECT id FROM event)",
-                               id_sql="%(delivery_prefix)s || lpad(rank::text, greatest(5, length(rank::text)), '0')")}
+    {deliveries.insert_matched("matched", tenant=tenant, now=now, event_sql="(SELECT id FROM event)",
+                               id_sql=f"{delivery_prefix} || lpad(rank::text, greatest(5, length(rank::text)), '0')")}
     RETURNING id, endpoint_id, next_attempt_at IS NULL AS polled
 ), outbox AS (
-    {outbox.insert_new("deliveries WHERE NOT polled", due="%(now)s", tenant="%(tenant)s")}
-)
+    {outbox.insert_new("deliveries WHERE NOT polled", due=now, tenant=tenant)}
+)"""
+
+
+_INGEST_SQL = single_event(
+    event_id="%(event_id)s", tenant="%(tenant)s", type_="%(type)s", channels="%(channels)s",
+    patterns="%(patterns)s", payload="%(payload)s", request_id="%(request_id)s", traceparent="%(traceparent)s",
+    now="%(now)s", delivery_prefix="%(delivery_prefix)s", reserved="%(reserved)s", only="%(only)s::varchar",
+) + f"""
 SELECT id, endpoint_id, polled, NULL::varchar, NULL::jsonb FROM deliveries
 UNION ALL
 SELECT NULL, NULL, NULL::boolean, schema_digest, CASE WHEN schema_digest IS DISTINCT FROM %(known_digest)s THEN schema END
   FROM {EventType._meta.db_table} WHERE name = %(type)s AND schema_digest IS NOT NULL
 """
+
+
+# The fast path's fan-out (herald_event_intake, webhooks/sql/event_intake.sql, where `{{single_event}}` stands
+# for it; webhooks/sql/__init__.py renders it): the same CTEs, on that function's arguments. An event of the
+# tenant's own only (the fast path takes no reserved type and no test event); no traceparent (the fast path
+# runs with tracing off).
+FAST_PATH_FANOUT = single_event(
+    event_id="p_event_id", tenant="p_tenant", type_="p_type", channels="p_channels", patterns="p_patterns",
+    payload="p_payload", request_id="p_request_id", traceparent="NULL", now="p_now",
+    delivery_prefix="'dlv_' || substr(p_event_id, 5)")
 
 
 class EventDataInvalid(Exception):
@@ -163,11 +198,9 @@ WITH input AS (
       FROM lists l
       JOIN {Endpoint._meta.db_table} e
         ON e.tenant_id = %(tenant)s AND e.enabled AND e.deleted_at IS NULL
-       AND (e.event_types = '{{}}' OR e.event_types && l.patterns)
-       AND (e.channels = '{{}}' OR e.channels && l.channels)
-       AND (e.filter_path IS NULL OR coalesce(
-              jsonb_build_object('type', l.type::text, 'channels', to_jsonb(l.channels),
-                                 'data', convert_from(l.payload, 'UTF8')::jsonb -> 'data') @@ e.filter_path, false))
+       AND {_matches(patterns="l.patterns", channels="l.channels", document='''jsonb_build_object(
+              'type', l.type::text, 'channels', to_jsonb(l.channels),
+              'data', convert_from(l.payload, 'UTF8')::jsonb -> 'data')''')}
 ), deliveries AS (
     {deliveries.insert_matched("matched", tenant="%(tenant)s", now="%(now)s", event_sql="event_id",
                                id_sql="'dlv_' || substr(event_id, 5) || lpad(rank::text, greatest(5, length(rank::text)), '0')")}

@@ -15,6 +15,9 @@ The trade-off, written down:
 - `CREATE OR REPLACE` cannot change a function's arguments or result type: a file that does must drop the
   old signature first (`DROP FUNCTION IF EXISTS name(old argument types);` at its top).
 - Migrating backwards leaves the current functions in place, except that unapplying 0007 drops them all.
+- A part of a statement whose rule a Python module owns is not copied into a file: the file says
+  `{{name}}` and `text` puts in what `fragments` maps the name to (event_intake.sql's fan-out is
+  webhooks/delivery/fanout.py's). What is installed, and compared, is the rendered text.
 """
 from __future__ import annotations
 
@@ -33,6 +36,24 @@ def files() -> list[Path]:
     return sorted(FOLDER.glob("*.sql"))
 
 
+def fragments() -> dict[str, str]:
+    """What each `{{name}}` of the files stands for. Imported when called (at migrate time, the models
+    loaded), not with this module, which the app's config and the migrations import."""
+    from webhooks.delivery import fanout
+
+    return {"single_event": fanout.FAST_PATH_FANOUT}
+
+
+def text(path: Path) -> str:
+    """A file's statement as it is installed: its `{{name}}` placeholders put in (a name with no fragment
+    is an error, not left in)."""
+    source = path.read_text()
+    if "{{" not in source:
+        return source
+    parts = fragments()
+    return re.sub(r"\{\{(\w+)\}\}", lambda match: parts[match.group(1)], source)
+
+
 def function_name(path: Path) -> str:
     """The function a file defines (`CREATE OR REPLACE FUNCTION name(`)."""
     return re.search(r"CREATE OR REPLACE FUNCTION (\w+)\(", path.read_text()).group(1)
@@ -49,7 +70,7 @@ def install(connection) -> None:
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
         for path in files():
-            cursor.execute(path.read_text())
+            cursor.execute(text(path))
 
 
 def installed_bodies(connection) -> dict[str, str]:
@@ -64,7 +85,7 @@ def differences(connection) -> list[str]:
     """The functions whose installed source is not their file's (or that are missing)."""
     installed = installed_bodies(connection)
     return [function_name(path) for path in files()
-            if installed.get(function_name(path)) != body(path.read_text())]
+            if installed.get(function_name(path)) != body(text(path))]
 
 
 def after_migrate(sender, using="default", **kwargs) -> None:

@@ -12,9 +12,11 @@
 -- `body`. A key another request stored between the read and the claim fails the key's INSERT on its unique
 -- index: the statement rolls back whole and the caller runs the general path.
 --
--- The fan-out is webhooks/services/events.py's _INGEST_SQL for an event of the tenant's own (not one of
--- Herald's `herald.…` types, not a test event), which is all this path takes; tests/test_intake_fast_path.py
--- sends the same requests through both and compares the rows and the answers.
+-- The fan-out (the placeholder `single_event` in double braces below) is not written here: it is webhooks/delivery/fanout.py's (FAST_PATH_FANOUT,
+-- the CTEs lists, event, matched, deliveries and outbox of every event's insert, on this function's
+-- arguments), put in by webhooks/sql/__init__.py when the function is installed, so the matching rule and the
+-- delivery and outbox inserts have one copy. tests/test_intake_fast_path.py sends the same requests through
+-- both paths and compares the rows and the answers.
 -- The answer's body is the caller's rendering of the event with its deliveries' list cut out
 -- (p_body_head ... p_body_tail), the list rendered here as DRF renders it (compact, in delivery id order).
 CREATE OR REPLACE FUNCTION herald_event_intake(
@@ -75,35 +77,7 @@ BEGIN
     END IF;
     PERFORM pg_try_advisory_xact_lock(p_locks[3], p_locks[4]);
 
-    WITH lists AS (
-        SELECT ARRAY(SELECT jsonb_array_elements_text(p_channels))::varchar[] AS channels,
-               ARRAY(SELECT jsonb_array_elements_text(p_patterns))::varchar[] AS patterns
-    ), event AS (
-        INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, traceparent, created_at)
-        SELECT p_event_id, p_tenant, p_type, lists.channels, p_payload, p_request_id, NULL, p_now FROM lists
-        RETURNING id, payload
-    ), matched AS (
-        SELECT e.id, e.kind, row_number() OVER (ORDER BY e.id) AS rank
-          FROM webhooks_endpoint e, lists
-         WHERE e.tenant_id = p_tenant AND e.enabled AND e.deleted_at IS NULL
-           AND (e.event_types = '{}' OR e.event_types && lists.patterns)
-           AND (e.channels = '{}' OR e.channels && lists.channels)
-           AND (e.filter_path IS NULL OR coalesce(
-                  (SELECT jsonb_build_object('type', p_type::text, 'channels', p_channels,
-                                             'data', convert_from(ev.payload, 'UTF8')::jsonb -> 'data')
-                     FROM event ev) @@ e.filter_path, false))
-    ), deliveries AS (
-        INSERT INTO webhooks_delivery
-            (id, tenant_id, event_id, endpoint_id, status, attempt_count, next_attempt_at, created_at, updated_at)
-        SELECT 'dlv_' || substr(p_event_id, 5) || lpad(rank::text, greatest(5, length(rank::text)), '0'), p_tenant,
-               (SELECT ev.id FROM event ev), matched.id, 'pending', 0,
-               CASE WHEN matched.kind = 'poll' THEN NULL ELSE p_now END, p_now, p_now
-          FROM matched
-        RETURNING id, endpoint_id, next_attempt_at IS NULL AS polled
-    ), outbox AS (
-        INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic, tenant_id)
-        SELECT d.id, p_now, NULL, false, p_tenant FROM deliveries d WHERE NOT d.polled
-    )
+    {{single_event}}
     SELECT coalesce(string_agg('{"id":' || to_json(d.id::text)::text || ',"endpoint_id":'
                                || to_json(d.endpoint_id::text)::text || ',"status":"pending"}', ',' ORDER BY d.id), ''),
            coalesce(bool_or(NOT d.polled), false),
