@@ -300,7 +300,7 @@ def markdown(results: dict) -> str:
             for name in f[key]["fair"]:
                 lines.append(f"| {key} {name} | {f[key]['fair'][name]:.3g} | {f[key]['unbounded'][name]:.3g} |")
         lines += ["", "Scheduler cost, database time per delivery published (passes of 500 over 100,000 waiting "
-                      "rows): " + ", ".join(f"{n} tenants {v:.1f} us" for n, v in f["scheduler_cost"].items()) + "."]
+                      "rows): " + ", ".join(f"{int(n):,} tenant{'' if n == '1' else 's'} {v:.1f} us" for n, v in f["scheduler_cost"].items()) + "."]
     if "throttle" in results:
         t = results["throttle"]
         lines += ["", f"Throttle: {t['deliveries']} deliveries to an endpoint with throttle_rate {t['rate']} over two "
@@ -354,6 +354,14 @@ def markdown(results: dict) -> str:
                      f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
                      f"{d['p99_ms']:,.0f} ms")
         lines.append(text + f" ({_short_stamp(results, 'batch')}).")
+    if "fairness" in results:
+        f = results["fairness"]
+        quiet, many = f["quiet_behind_backlog"], f["many_loud"]
+        lines.append(f"- **Fairness across tenants**: a quiet tenant's POST to first attempt p99 "
+                     f"{quiet['fair']['p99_ms']:,.0f} ms while another works off {f['backlog']:,} deliveries "
+                     f"({quiet['unbounded']['p99_ms']:,.0f} ms first come first served), {many['fair']['p99_ms']:,.0f} ms "
+                     f"beside 100 loud tenants ({many['unbounded']['p99_ms']:,.0f} ms); weights 1 : 3 get "
+                     f"1 : {1 / f['weights']['fair']['light_per_heavy']:.2f} ({_short_stamp(results, 'fairness')}).")
     if "erasure" in results:
         e = results["erasure"]
         first = e["rounds"][0]
@@ -621,6 +629,14 @@ def readme_figures(results: dict) -> str:
                      f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
                      f"{d['p99_ms']:,.0f} ms")
         lines.append(text + f" ({_short_stamp(results, 'batch')}).")
+    if "fairness" in results:
+        f = results["fairness"]
+        quiet, many = f["quiet_behind_backlog"], f["many_loud"]
+        lines.append(f"- **Fairness across tenants**: a quiet tenant's POST to first attempt p99 "
+                     f"{quiet['fair']['p99_ms']:,.0f} ms while another works off {f['backlog']:,} deliveries "
+                     f"({quiet['unbounded']['p99_ms']:,.0f} ms first come first served), {many['fair']['p99_ms']:,.0f} ms "
+                     f"beside 100 loud tenants ({many['unbounded']['p99_ms']:,.0f} ms); weights 1 : 3 get "
+                     f"1 : {1 / f['weights']['fair']['light_per_heavy']:.2f} ({_short_stamp(results, 'fairness')}).")
     if "erasure" in results:
         e = results["erasure"]
         first = e["rounds"][0]
