@@ -1079,6 +1079,9 @@ class Bench:
         - many_loud: 100 loud tenants with backlogs and 10 quiet ones posting in turn: the quiet p99;
         - weights: two tenants of weights 1 and 3 with backlogs, endpoints that take all the worker sends: the
           ratio of their attempts while both had deliveries waiting;
+        - retrying_loud: tenant A's endpoints all answer 500 (retries due after 1 s, no jitter, the breaker
+          off so that nothing parks them): once every first attempt of A's backlog has failed, A's load is
+          retries alone; B posts as in quiet_behind_backlog;
         - alone: one tenant's backlog, deliveries/s (window on against unbounded);
         - scheduler_cost: one relay pass (room 500) over 1 to 10,000 tenants with backlogs: database time per
           delivery published."""
@@ -1086,7 +1089,8 @@ class Bench:
         backlog = self.size(20_000, 4_000, 400)
         result: dict = {"backlog": backlog, "rounds": rounds}
         for key, measure in (("quiet_behind_backlog", self._fair_quiet), ("many_loud", self._fair_many),
-                             ("weights", self._fair_weights), ("alone", self._fair_alone)):
+                             ("retrying_loud", self._fair_retrying), ("weights", self._fair_weights),
+                             ("alone", self._fair_alone)):
             runs: dict[str, list] = {"fair": [], "unbounded": []}
             for round_ in range(rounds):
                 for mode in abba(round_, ("fair", "unbounded")):
@@ -1209,6 +1213,32 @@ class Bench:
         finally:
             worker.stop()
         return {"p50_ms": percentile(waits, 50), "p99_ms": percentile(waits, 99), "posts": len(sent)}
+
+    # A's retries as fast as they come: due a second after each failure, none parked by the breaker
+    RETRYING = {"WEBHOOK_RETRY_SCHEDULE": ",".join(["1"] * 20), "WEBHOOK_RETRY_JITTER": "0",
+                "WEBHOOK_BREAKER_FAILURES": "1000000000"}
+
+    def _fair_retrying(self, backlog: int, env: dict) -> dict:
+        from webhooks.models import DeliveryAttempt
+
+        loud, _, endpoints = self._fair_tenant("failing", [f"/fail/{n}" for n in range(20)])
+        _, quiet_token, _ = self._fair_tenant("quiet", ["/quiet"])
+        self._fair_backlog(loud, endpoints, backlog)
+        worker = stack.worker("fair", **self.RETRYING, **env)
+        try:
+            started = time.monotonic()
+            # every first attempt failed: what A has waiting now is retries
+            while (DeliveryAttempt.objects.filter(delivery__tenant=loud, number=1).count() < backlog
+                   and time.monotonic() - started < 300):
+                time.sleep(0.2)
+            retries_before = DeliveryAttempt.objects.filter(delivery__tenant=loud, number__gt=1).count()
+            sent = self._quiet_posts([quiet_token], 20 if self.quick else 40)
+            waits = self._first_attempt_waits_ms(sent)
+            retries = DeliveryAttempt.objects.filter(delivery__tenant=loud, number__gt=1).count() - retries_before
+        finally:
+            worker.stop()
+        return {"p50_ms": percentile(waits, 50), "p99_ms": percentile(waits, 99),
+                "max_ms": max(waits, default=float("nan")), "posts": len(sent), "loud_retries_meanwhile": retries}
 
     def _fair_weights(self, backlog: int, env: dict) -> dict:
         from webhooks.models import DeliveryAttempt

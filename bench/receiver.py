@@ -4,11 +4,12 @@
 - `/delay/<ms>/...`: answers 200 after that many milliseconds (an ordinary receiver doing some work);
 - `/hang/...`: never answers; the request ends when the sender gives up and closes the connection;
 - `/failat/<n>,<m>,.../...`: answers 500 to the n-th, m-th... request to that path, 200 at once otherwise;
+- `/fail/...`: answers 500 to every request, at once;
 - anything else: answers 200 at once (keep-alive, one write per answer, TCP_NODELAY).
 
 `GET /count` returns the number of requests so far (plain text); `GET /stats` returns {"count": N, "received": {webhook-id: first arrival}, "first": t, "last": t,
 "peak_in_flight": {group: n}, "arrivals": {group: [t, ...]}, "first_ok": {group: [webhook-id, ...]}}
-where a group is the first two path segments (`/delay/200`, `/hang`, `/failat/10,11,12`) or `/` and
+where a group is the first two path segments (`/delay/200`, `/hang`, `/failat/10,11,12`, `/fail/3`) or `/` and
 first_ok lists webhook-ids in the order of their first 200.
 A request counts as in flight from its arrival until its answer is decided or its sender hangs up.
 """
@@ -35,7 +36,7 @@ HANG_LIMIT = 120.0
 
 def _group(path: str) -> str:
     parts = path.split("/")
-    return "/".join(parts[:3]) if len(parts) > 2 and parts[1] in ("delay", "hang", "failat") else "/"
+    return "/".join(parts[:3]) if len(parts) > 2 and parts[1] in ("delay", "hang", "failat", "fail") else "/"
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -58,6 +59,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             path_counts[self.path] += 1
             status = 200
             if group.startswith("/failat/") and str(path_counts[self.path]) in group.split("/")[2].split(","):
+                status = 500
+            if group.startswith("/fail/"):
                 status = 500
             if status == 200 and not group.startswith("/hang") and (group, msg_id) not in answered_ok:
                 answered_ok.add((group, msg_id))
