@@ -289,15 +289,7 @@ class Bench:
                 by_command_before = cpu_by_command()
                 sent = offer_batches(url, token, rate=rate, seconds=self.seconds, run=f"b{rate}-{uuid.uuid4().hex[:8]}")
                 accepted = [s for s in sent if s.status == 202]
-                last_count, last_progress = -1, time.monotonic()
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline and time.monotonic() - last_progress < 20:
-                    count = int(requests.get(f"{self.receiver.url}/count", timeout=10).text)
-                    if count >= len(accepted):
-                        break
-                    if count != last_count:
-                        last_count, last_progress = count, time.monotonic()
-                    time.sleep(0.2)
+                self.wait_for_arrivals(len(accepted), limit=300, poll=0.2)
                 drained_at = time.time()
                 activity.__exit__(None, None, None)
                 stats = self.receiver_stats()
@@ -584,6 +576,20 @@ class Bench:
             endpoint_create(tenant=credential.tenant, url=f"{self.receiver.url}{path}", event_types=[],
                             channels=[], **options)
         return credential.tenant, token
+
+    def wait_for_arrivals(self, expected: int, *, limit: float, poll: float, quiet: float = 20) -> None:
+        """Until the receiver has counted `expected` requests, or none arrived for `quiet` s, or `limit` s."""
+        import requests
+
+        last_count, last_progress = -1, time.monotonic()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and time.monotonic() - last_progress < quiet:
+            count = int(requests.get(f"{self.receiver.url}/count", timeout=10).text)
+            if count >= expected:
+                return
+            if count != last_count:
+                last_count, last_progress = count, time.monotonic()
+            time.sleep(poll)
 
     @staticmethod
     def hold_outbox(workers: int):
@@ -2058,15 +2064,7 @@ class Bench:
                 others = dict(sorted(((k, v) for k, v in others.items() if v >= 0.01), key=lambda kv: -kv[1])[:8])
                 accepted = [s for s in sent if s.status == 202]
                 # grace: until every accepted event has arrived, or nothing arrived for 20 s (at most 10 minutes)
-                last_count, last_progress = -1, time.monotonic()
-                deadline = time.monotonic() + 600
-                while time.monotonic() < deadline and time.monotonic() - last_progress < 20:
-                    count = int(requests.get(f"{self.receiver.url}/count", timeout=10).text)
-                    if count >= len(accepted):
-                        break
-                    if count != last_count:
-                        last_count, last_progress = count, time.monotonic()
-                    time.sleep(0.5)
+                self.wait_for_arrivals(len(accepted), limit=600, poll=0.5)
                 received = self.receiver_stats()["received"]
                 delivered = [s for s in accepted if s.event_id in received]
                 latency = [(received[s.event_id] - s.due) * 1000 for s in delivered]

@@ -348,25 +348,9 @@ def markdown(results: dict) -> str:
                       f"intake p99 {y['intake_p99_ms_without']:.1f} ms without, {y['intake_p99_ms_during']:.1f} ms during; "
                       f"kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and {y['pending_left']:,} "
                       f"pending deliveries."]
-    if "batch" in results:
-        b = results["batch"]
-        text = (f"- **Batch intake**: {b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 "
-                f"({b['ratio']:.0f}x single posts from the same 8 clients)")
-        at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
-        if at_3000:
-            d = max(at_3000, key=lambda row: row["delivered_per_second"])
-            text += (f"; 3,000 events/s offered that way with a worker running: {d['delivered_per_second']:,.0f}/s "
-                     f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
-                     f"{d['p99_ms']:,.0f} ms")
-        lines.append(text + f" ({_short_stamp(results, 'batch')}).")
-    if "fairness" in results:
-        f = results["fairness"]
-        quiet, many = f["quiet_behind_backlog"], f["many_loud"]
-        lines.append(f"- **Fairness across tenants**: a quiet tenant's POST to first attempt p99 "
-                     f"{quiet['fair']['p99_ms']:,.0f} ms while another works off {f['backlog']:,} deliveries "
-                     f"({quiet['unbounded']['p99_ms']:,.0f} ms first come first served), {many['fair']['p99_ms']:,.0f} ms "
-                     f"beside 100 loud tenants ({many['unbounded']['p99_ms']:,.0f} ms); weights 1 : 3 get "
-                     f"1 : {1 / f['weights']['fair']['light_per_heavy']:.2f} ({_short_stamp(results, 'fairness')}).")
+    for line in (_batch_line(results), _fairness_line(results)):
+        if line:
+            lines.append(line)
     if "erasure" in results:
         e = results["erasure"]
         first = e["rounds"][0]
@@ -574,6 +558,40 @@ def _short_stamp(results: dict, part: str) -> str:
     return f"{s['started'][:10]}, before runs were stamped" if s else "not stamped"
 
 
+def _batch_line(results: dict) -> str | None:
+    """The batch intake's bullet (README and docs/benchmarks.md)."""
+    if "batch" not in results:
+        return None
+    b = results["batch"]
+    text = (f"- **Batch intake**: {b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 "
+            f"({b['ratio']:.0f}x single posts from the same 8 clients)")
+    at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
+    if at_3000:
+        d = max(at_3000, key=lambda row: row["delivered_per_second"])
+        text += (f"; 3,000 events/s offered that way with a worker running: {d['delivered_per_second']:,.0f}/s "
+                 f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
+                 f"{d['p99_ms']:,.0f} ms")
+    return text + f" ({_short_stamp(results, 'batch')})."
+
+
+def _fairness_line(results: dict) -> str | None:
+    """The fairness bullet (README and docs/benchmarks.md)."""
+    if "fairness" not in results:
+        return None
+    f = results["fairness"]
+    quiet, many = f["quiet_behind_backlog"], f["many_loud"]
+    text = (f"- **Fairness across tenants**: a quiet tenant's POST to first attempt p99 "
+            f"{quiet['fair']['p99_ms']:,.0f} ms while another works off {f['backlog']:,} deliveries "
+            f"({quiet['unbounded']['p99_ms']:,.0f} ms first come first served), {many['fair']['p99_ms']:,.0f} ms "
+            f"beside 100 loud tenants ({many['unbounded']['p99_ms']:,.0f} ms)")
+    if "retrying_loud" in f:
+        retrying = f["retrying_loud"]
+        text += (f", {retrying['fair']['p99_ms']:,.0f} ms beside one whose retries fail in bulk "
+                 f"({retrying['unbounded']['p99_ms']:,.0f} ms)")
+    return text + (f"; weights 1 : 3 get 1 : {1 / f['weights']['fair']['light_per_heavy']:.2f} "
+                   f"({_short_stamp(results, 'fairness')}).")
+
+
 def readme_figures(results: dict) -> str:
     """The bullet list of README.md's "What it does on 2 cores"."""
     lines = []
@@ -623,25 +641,9 @@ def readme_figures(results: dict) -> str:
         text += ("; CPU per event across gunicorn, PostgreSQL and the worker: " + ", ".join(cpu)
                  + f" ({_short_stamp(results, 'sustained')}).")
         lines.append(text)
-    if "batch" in results:
-        b = results["batch"]
-        text = (f"- **Batch intake**: {b['batch100']['events_per_second']:,.0f} events/s accepted in batches of 100 "
-                f"({b['ratio']:.0f}x single posts from the same 8 clients)")
-        at_3000 = [row for row in b.get("delivered", []) if row["rate"] == 3000]
-        if at_3000:
-            d = max(at_3000, key=lambda row: row["delivered_per_second"])
-            text += (f"; 3,000 events/s offered that way with a worker running: {d['delivered_per_second']:,.0f}/s "
-                     f"delivered to a fast receiver (endpoint cap {d['endpoint_cap']:,}), post to arrival p99 "
-                     f"{d['p99_ms']:,.0f} ms")
-        lines.append(text + f" ({_short_stamp(results, 'batch')}).")
-    if "fairness" in results:
-        f = results["fairness"]
-        quiet, many = f["quiet_behind_backlog"], f["many_loud"]
-        lines.append(f"- **Fairness across tenants**: a quiet tenant's POST to first attempt p99 "
-                     f"{quiet['fair']['p99_ms']:,.0f} ms while another works off {f['backlog']:,} deliveries "
-                     f"({quiet['unbounded']['p99_ms']:,.0f} ms first come first served), {many['fair']['p99_ms']:,.0f} ms "
-                     f"beside 100 loud tenants ({many['unbounded']['p99_ms']:,.0f} ms); weights 1 : 3 get "
-                     f"1 : {1 / f['weights']['fair']['light_per_heavy']:.2f} ({_short_stamp(results, 'fairness')}).")
+    for line in (_batch_line(results), _fairness_line(results)):
+        if line:
+            lines.append(line)
     if "erasure" in results:
         e = results["erasure"]
         first = e["rounds"][0]
