@@ -1086,8 +1086,9 @@ class Bench:
         - weights: two tenants of weights 1 and 3 with backlogs, endpoints that take all the worker sends: the
           ratio of their attempts while both had deliveries waiting;
         - retrying_loud: tenant A's endpoints all answer 500 (retries due after 1 s, no jitter, the breaker
-          off so that nothing parks them): once every first attempt of A's backlog has failed, A's load is
-          retries alone; B posts as in quiet_behind_backlog;
+          off so that nothing parks them): once every first attempt of A's backlog has failed (or after 300 s:
+          with the window unbounded, A's retries and first attempts interleave), B posts as in
+          quiet_behind_backlog while A's retries go on;
         - alone: one tenant's backlog, deliveries/s (window on against unbounded);
         - scheduler_cost: one relay pass (room 500) over 1 to 10,000 tenants with backlogs: database time per
           delivery published."""
@@ -1238,7 +1239,7 @@ class Bench:
                    and time.monotonic() - started < 300):
                 time.sleep(0.2)
             retries_before = DeliveryAttempt.objects.filter(delivery__tenant=loud, number__gt=1).count()
-            sent = self._quiet_posts([quiet_token], 20 if self.quick else 40)
+            sent = self._quiet_posts([quiet_token], self.size(40, 20, 3))
             waits = self._first_attempt_waits_ms(sent)
             retries = DeliveryAttempt.objects.filter(delivery__tenant=loud, number__gt=1).count() - retries_before
         finally:
