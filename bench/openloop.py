@@ -30,6 +30,26 @@ class Sent:
     event_id: str | None  # the 202's event id (the deliveries' webhook-id)
 
 
+def _post(conn, connect, path: str, body: str, headers: dict):
+    """POST on a keep-alive connection, once more on a fresh one after a RETRYABLE error (a connection the
+    server closed while idle); (the connection to go on with, status or None, body or None)."""
+    for attempt in (1, 2):
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            return conn, response.status, response.read()
+        except RETRYABLE:
+            conn.close()
+            conn = connect()
+            if attempt == 2:
+                break
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = connect()
+            break
+    return conn, None, None
+
+
 def offer(url: str, token: str, *, rate: float, seconds: float, run: str, threads: int = 64,
           event_type: str = "invoice.paid", timeout: float = 30) -> list[Sent]:
     """POST `rate * seconds` events to `url` (`…/api/v1/events`) at `rate` per second; one Sent each, in order."""
@@ -52,25 +72,8 @@ def offer(url: str, token: str, *, rate: float, seconds: float, run: str, thread
                 time.sleep(delay)
             sent = time.time()
             body = json.dumps({"type": event_type, "data": {"n": i, "run": run}})
-            status = event_id = None
-            for attempt in (1, 2):
-                try:
-                    conn.request("POST", parts.path, body=body, headers={**headers, "Idempotency-Key": f"{run}-{i}"})
-                    response = conn.getresponse()
-                    answer = response.read()
-                    status = response.status
-                    if status == 202:
-                        event_id = json.loads(answer)["id"]
-                    break
-                except RETRYABLE:
-                    conn.close()
-                    conn = connect()
-                    if attempt == 2:
-                        break
-                except (OSError, http.client.HTTPException):
-                    conn.close()
-                    conn = connect()
-                    break
+            conn, status, answer = _post(conn, connect, parts.path, body, {**headers, "Idempotency-Key": f"{run}-{i}"})
+            event_id = json.loads(answer)["id"] if status == 202 else None
             results[i] = Sent(due, sent, time.time(), status, event_id)
         conn.close()
 
@@ -107,25 +110,8 @@ def offer_batches(url: str, token: str, *, rate: float, seconds: float, run: str
             sent = time.time()
             body = json.dumps({"events": [{"type": event_type, "data": {"n": j * size + i, "run": run}}
                                           for i in range(size)]})
-            status, event_ids = None, [None] * size
-            for attempt in (1, 2):
-                try:
-                    conn.request("POST", parts.path, body=body, headers={**headers, "Idempotency-Key": f"{run}-{j}"})
-                    response = conn.getresponse()
-                    answer = response.read()
-                    status = response.status
-                    if status == 202:
-                        event_ids = [event["id"] for event in json.loads(answer)["data"]]
-                    break
-                except RETRYABLE:
-                    conn.close()
-                    conn = connect()
-                    if attempt == 2:
-                        break
-                except (OSError, http.client.HTTPException):
-                    conn.close()
-                    conn = connect()
-                    break
+            conn, status, answer = _post(conn, connect, parts.path, body, {**headers, "Idempotency-Key": f"{run}-{j}"})
+            event_ids = [event["id"] for event in json.loads(answer)["data"]] if status == 202 else [None] * size
             answered = time.time()
             results[j] = [Sent(due, sent, answered, status, event_id) for event_id in event_ids]
         conn.close()
