@@ -314,3 +314,58 @@ def test_a_delivery_that_uses_its_last_attempt_is_reported(api, sink, settings):
     assert delivery_attempt(delivery_id=op_delivery.id) == Delivery.SUCCEEDED
     (report,) = sink.wait_for(1, "/monitor")
     assert report.headers["webhook-id"] == event.id
+
+
+def test_a_batch_of_failures_is_recorded_in_a_few_statements_as_one_by_one_would(api, receiver, settings):
+    """The record's slow path takes a whole batch in one transaction (SPEC §10: a tenant whose endpoints fail in
+    bulk must not hold up the engine's turns): each attempt's breaker change follows from the ones before it on its
+    endpoint, the trip happens once at the threshold with one operational event, a 410 disables its endpoint once,
+    and the statements do not grow with the batch."""
+    from django.test.utils import CaptureQueriesContext
+
+    from webhooks.delivery.attempts import Outcome
+    from webhooks.delivery.claim import deliveries_claim
+    from webhooks.delivery.record import deliveries_record
+
+    settings.WEBHOOK_BREAKER_FAILURES = 3
+    monitor = create_endpoint(api, receiver.url("/monitor"), event_types=["herald.*"])
+    flaky = create_endpoint(api, receiver.url("/flaky"), event_types=["invoice.*"], max_in_flight=20)
+    gone = create_endpoint(api, receiver.url("/gone"), event_types=["invoice.*"], max_in_flight=20)
+    receiver.script("/flaky", *[500] * 5)
+    receiver.script("/gone", 500, 410, 500)
+    events = [api.send_event("invoice.paid", {"n": n})["deliveries"] for n in range(5)]
+    to_flaky = [d["id"] for deliveries in events for d in deliveries if d["endpoint_id"] == flaky["id"]]
+    to_gone = [d["id"] for deliveries in events for d in deliveries if d["endpoint_id"] == gone["id"]][:3]
+
+    claims = deliveries_claim(delivery_ids=to_flaky + to_gone).claims
+    assert set(claims) == set(to_flaky + to_gone)
+    outcomes = []
+    for delivery_id in to_flaky + to_gone:  # sent for real, one after the other, then recorded together
+        claim = claims[delivery_id]
+        started_at = timezone.now()
+        outcomes.append(Outcome(claim, started_at, transport.send(
+            url=claim.url, body=claim.payload, headers={"content-type": "application/json"}, timeout=2,
+            allow_private_networks=True)))
+    with CaptureQueriesContext(connection) as queries:
+        statuses = deliveries_record(outcomes=outcomes)
+
+    assert statuses[:5] == [Delivery.PENDING] * 5
+    assert statuses[5:] == [Delivery.PENDING, Delivery.FAILED, Delivery.PENDING]
+    flaky_row = Endpoint.objects.get(pk=flaky["id"])
+    # five consecutive failures, tripped at the third (the two after it started before the trip)
+    assert flaky_row.consecutive_failures == 5 and flaky_row.tripped_at is not None
+    assert flaky_row.failed_probes == 0 and flaky_row.failing_since is not None
+    gone_row = Endpoint.objects.get(pk=gone["id"])
+    assert gone_row.enabled is False and gone_row.disabled_reason == "receiver answered 410 Gone"
+    assert gone_row.consecutive_failures == 3 and gone_row.tripped_at is not None
+    assert DeliveryAttempt.objects.filter(delivery_id__in=to_flaky + to_gone).count() == 8
+    assert not DeliveryLease.objects.filter(delivery_id__in=to_flaky + to_gone).exists()
+    assert sorted(e.type for e in _operational(api.tenant)) == [
+        "herald.delivery.failed", "herald.endpoint.disabled", "herald.endpoint.tripped", "herald.endpoint.tripped"]
+    tripped = next(e for e in _operational(api.tenant)
+                   if e.type == "herald.endpoint.tripped" and e.data["endpoint_id"] == flaky["id"])
+    assert tripped.data["consecutive_failures"] == 3
+    assert [d.endpoint_id for d in tripped.deliveries.all()] == [monitor["id"]]
+    # the writes of eight attempts on two endpoints, in statements that do not grow with the batch: the lock, the
+    # breakers, the record, then the 410's disable and the operational events (each an event of its own)
+    assert len(queries) <= 25, [q["sql"][:80] for q in queries]

@@ -3,8 +3,8 @@
 Under the endpoint's row lock the record inserts the attempt, releases the lease, moves the delivery on
 (succeeded, failed, or pending until its retry, with the retry's outbox row) and hands the freed slot to
 the oldest parked delivery. Two ways in: many successes on endpoints the claim saw healthy in one call
-(`record_healthy_successes`), or one attempt in a transaction that holds the endpoint's lock already
-(`lock_endpoint`, then `record_locked`). What decides between them, and the breaker and operational
+(`record_healthy_successes`), or the rest together in a transaction that holds their endpoints' locks
+already (`lock_endpoints`, then `record_locked`). What decides between them, and the breaker and operational
 events around the second, is webhooks/delivery/record.py. Attempts go with their deliveries (`delete_of`, a part of
 retention's and erasure's statements); a poll endpoint's acknowledgement is an attempt too
 (`insert_acknowledged`, in webhooks/services/polling.py's statement).
@@ -48,22 +48,18 @@ def delete_of(deliveries: str) -> str:
     return f"DELETE FROM {TABLE} a WHERE a.delivery_id = ANY({deliveries}) RETURNING 1"
 
 
-# The endpoint's row, locked, with what the record's slow path decides on (in its own transaction).
-_LOCK_ENDPOINT_SQL = f"""
+# The endpoints' rows, locked in id order (as every batch locks them: batches never deadlock), with what the
+# record's slow path decides on (in its own transaction).
+_LOCK_ENDPOINTS_SQL = f"""
 SELECT ep.id, ep.tenant_id, ep.url, ep.enabled AND ep.deleted_at IS NULL, ep.deleted_at IS NOT NULL,
        herald_endpoint_cap(ep.ordering, ep.max_in_flight, %(default_cap)s), ep.tripped_at, ep.next_probe_at <= now(),
        ep.consecutive_failures, ep.failed_probes, ep.failing_since
   FROM {Endpoint._meta.db_table} ep
- WHERE ep.id = %(endpoint)s
+ WHERE ep.id = ANY(%(endpoints)s)
+ ORDER BY ep.id
    FOR NO KEY UPDATE
 """
 _RECORD_MANY_SQL = "SELECT * FROM herald_delivery_record_many(%(records)s::jsonb, %(default_cap)s)"
-# The slow path records under the endpoint lock it already holds, in its own transaction.
-_RECORD_SQL = """
-SELECT * FROM herald_delivery_record(%(id)s, %(number)s, %(started_at)s, %(duration_ms)s, %(response_status)s,
-    %(response_body)s, %(error)s, %(status)s, %(next_attempt_at)s, %(lease_end)s, %(endpoint)s, %(default_cap)s,
-    %(fast)s, %(slots_to_hand_on)s)
-"""
 
 
 @dataclass(frozen=True)
@@ -142,16 +138,16 @@ def record_healthy_successes(params: list[dict]) -> dict[str, tuple[bool, bool, 
     return {row[0]: row[1:] for row in db.call(_RECORD_MANY_SQL, db.endpoint_params(records=records))}
 
 
-def lock_endpoint(cursor, endpoint_id: str) -> EndpointState:
-    """The endpoint's row, under its lock, in the caller's transaction."""
-    cursor.execute(_LOCK_ENDPOINT_SQL, db.endpoint_params(endpoint=endpoint_id))
-    return EndpointState(*cursor.fetchone())
+def lock_endpoints(cursor, endpoint_ids: list[str]) -> dict[str, EndpointState]:
+    """The endpoints' rows, under their locks (taken in id order), in the caller's transaction."""
+    cursor.execute(_LOCK_ENDPOINTS_SQL, db.endpoint_params(endpoints=sorted(set(endpoint_ids))))
+    return {row[0]: EndpointState(*row) for row in cursor.fetchall()}
 
 
-def record_locked(cursor, params: dict, *, slots_to_hand_on: int) -> tuple[bool, list[str]]:
-    """Record one attempt in the caller's transaction, which holds the endpoint's lock (`lock_endpoint`);
-    up to `slots_to_hand_on` parked deliveries take the room it has then. Whether the delivery moved on, and those
-    handed on."""
-    cursor.execute(_RECORD_SQL, {**params, "fast": False, "slots_to_hand_on": slots_to_hand_on})
-    _, moved_on, handed_on = cursor.fetchone()
-    return moved_on, handed_on
+def record_locked(cursor, records: list[tuple[dict, int]]) -> dict[str, tuple[bool, list[str]]]:
+    """Record attempts ((params, slots to hand on) each) in one call, in the caller's transaction, which holds
+    their endpoints' locks (`lock_endpoints`); after each, up to its slots of parked deliveries take the room its
+    endpoint has then. By delivery id: whether the delivery moved on, and those handed on."""
+    payload = json.dumps([{**params, "fast": False, "hand_on": slots} for params, slots in records], default=str)
+    cursor.execute(_RECORD_MANY_SQL, db.endpoint_params(records=payload))
+    return {row[0]: (row[2], row[3]) for row in cursor.fetchall()}

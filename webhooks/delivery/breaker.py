@@ -7,6 +7,7 @@ up to `maximum`. Waiting costs a delivery nothing: it is parked, not retried.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,11 +25,18 @@ class BreakerState:
     failed_probes: int
     failing_since: datetime | None
 
+    def changed(self, fields: dict[str, Any]) -> BreakerState:
+        """The state once a change's fields are written (next_probe_at is not part of it)."""
+        return dataclasses.replace(self, **{k: v for k, v in fields.items() if k in _STATE_FIELDS})
+
     @property
     def healthy(self) -> bool:
         """Not tripped, and no failure since the last success (webhooks/sql/endpoint_healthy.sql, the same
         rule for the claim and the record, which read it in PostgreSQL)."""
         return self.tripped_at is None and not self.consecutive_failures and self.failing_since is None
+
+
+_STATE_FIELDS = frozenset(f.name for f in dataclasses.fields(BreakerState))
 
 
 @dataclass(frozen=True)

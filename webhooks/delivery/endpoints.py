@@ -3,7 +3,7 @@
 Writers, and where each write is made:
 - the endpoint service creates, changes and soft-deletes one (`endpoint_insert`, `endpoint_write`,
   `endpoint_soft_delete`: webhooks/services/endpoints.py, for the API, the portal and the admin);
-- the record of an attempt writes its breaker's fields (`breaker_write`, webhooks/delivery/record.py) and
+- the record of attempts writes their breakers' fields (`breakers_write`, webhooks/delivery/record.py) and
   disables one whose destination is gone (`endpoint_disable`, which beat's sweep of endpoints failing for too
   long and the endpoint service call too);
 - the claim moves a probe's next_probe_at and the throttle's throttle_tat on: PL/pgSQL,
@@ -11,6 +11,7 @@ Writers, and where each write is made:
 - a tenant's deletion takes its endpoints down (`endpoints_of_tenant_take_down`, intake/tenants.py), and its
   erasure deletes them (`delete_of`, a part of webhooks/services/retention.py's statement).
 """
+import json
 from datetime import datetime
 
 from django.db import transaction
@@ -51,10 +52,31 @@ def delete_of(ids: str) -> str:
     return f"DELETE FROM {TABLE} e WHERE e.id IN ({ids}) RETURNING 1"
 
 
-def breaker_write(*, endpoint_id: str, fields: dict) -> None:
-    """The breaker's change after an attempt (webhooks/delivery/breaker.py's BreakerChange.fields), in the
-    record's transaction, which holds the endpoint's lock."""
-    Endpoint.objects.filter(pk=endpoint_id).update(**fields)
+# The breaker's columns (webhooks/delivery/breaker.py's BreakerChange.fields) of many endpoints in one statement;
+# a column an endpoint's change does not name keeps its value.
+_BREAKERS_WRITE_SQL = f"""
+UPDATE {TABLE} e
+   SET consecutive_failures = CASE WHEN c ? 'consecutive_failures' THEN (c->>'consecutive_failures')::integer
+                                   ELSE e.consecutive_failures END,
+       failing_since = CASE WHEN c ? 'failing_since' THEN (c->>'failing_since')::timestamptz ELSE e.failing_since END,
+       tripped_at = CASE WHEN c ? 'tripped_at' THEN (c->>'tripped_at')::timestamptz ELSE e.tripped_at END,
+       next_probe_at = CASE WHEN c ? 'next_probe_at' THEN (c->>'next_probe_at')::timestamptz ELSE e.next_probe_at END,
+       failed_probes = CASE WHEN c ? 'failed_probes' THEN (c->>'failed_probes')::integer ELSE e.failed_probes END
+  FROM jsonb_each(%(changes)s::jsonb) AS x(endpoint_id, c)
+ WHERE e.id = x.endpoint_id
+"""
+BREAKER_FIELDS = frozenset({"consecutive_failures", "failing_since", "tripped_at", "next_probe_at", "failed_probes"})
+
+
+def breakers_write(cursor, changes: dict[str, dict]) -> None:
+    """The breakers' changes after a batch of attempts ({endpoint id: BreakerChange.fields}), in the record's
+    transaction, which holds the endpoints' locks."""
+    changes = {endpoint_id: fields for endpoint_id, fields in changes.items() if fields}
+    if changes:
+        assert all(set(fields) <= BREAKER_FIELDS for fields in changes.values()), changes
+        cursor.execute(_BREAKERS_WRITE_SQL, {"changes": json.dumps(
+            {endpoint_id: {k: v.isoformat() if isinstance(v, datetime) else v for k, v in fields.items()}
+             for endpoint_id, fields in changes.items()})})
 
 
 def deliveries_fail_waiting(*, endpoint_id: str) -> int:

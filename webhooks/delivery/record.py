@@ -20,7 +20,7 @@ from webhooks.delivery.destinations import kinds
 from webhooks.delivery.attempts import Outcome
 from webhooks.delivery.claim import Claim
 from webhooks.delivery.destinations.base import AttemptResult, Verdict
-from webhooks.delivery.endpoints import breaker_write, endpoint_disable
+from webhooks.delivery.endpoints import breakers_write, endpoint_disable
 from webhooks.delivery.fanout import event_emit_operational
 from webhooks.delivery.publishing import deliveries_enqueue
 from webhooks.logcontext import request_id
@@ -35,8 +35,8 @@ def deliveries_record(*, outcomes: list[Outcome],
 
     Successes on endpoints the claim saw healthy (nearly every attempt) are recorded together in one
     call. Anything else, and any of those whose endpoint turned out not to be healthy any more, takes
-    the slow path: one transaction per attempt under the endpoint's lock that also updates the
-    breaker, disables the endpoint on a 410, and records operational events (SPEC §8), except for
+    the slow path: one transaction for them all under their endpoints' locks that also updates the
+    breakers, disables an endpoint on a 410, and records operational events (SPEC §8), except for
     deliveries of operational events. Returns each delivery's new status, in order.
 
     Parked deliveries given the freed slots go to `take_handed_on` (a worker's engine claims them itself),
@@ -55,14 +55,9 @@ def deliveries_record(*, outcomes: list[Outcome],
             recorded, moved_on, handed = rows[outcomes[i].claim.delivery_id]
             if recorded:
                 done[i] = (moved_on, handed, None, metrics.HEALTHY)
-    for i, outcome in enumerate(outcomes):
-        if i not in done:
-            token = request_id.set(outcome.claim.request_id)  # for the operational events it may record
-            try:
-                done[i] = _record_slow(claim=outcome.claim, result=outcome.result, verdict=verdicts[i],
-                                       status=decided[i][0], now=now, params=params[i])
-            finally:
-                request_id.reset(token)
+    slow = [i for i in range(len(outcomes)) if i not in done]
+    if slow:
+        done.update(_record_slow([(i, outcomes[i], verdicts[i], decided[i][0], params[i]) for i in slow], now=now))
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
     if handed_on:
         if take_handed_on is not None:
@@ -86,30 +81,57 @@ def delivery_record(*, claim: Claim, started_at: datetime, result: AttemptResult
     return deliveries_record(outcomes=[Outcome(claim, started_at, result)])[0]
 
 
-def _record_slow(*, claim: Claim, result: AttemptResult, verdict: Verdict, status: str, now: datetime,
-                 params: dict) -> tuple[bool, list[str], str | None, str]:
-    notify = not event_types.is_reserved(claim.event_type)
+def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
+                 now: datetime) -> dict[int, tuple[bool, list[str], str | None, str]]:
+    """The slow path for a batch, in one transaction: its endpoints locked (in id order), each attempt's breaker
+    change worked out in turn from its endpoint's state after the ones before it, the breakers written in one
+    statement, the attempts recorded in one call, then the 410s' disables and the operational events. A failing
+    endpoint's attempts cost a turn of the engine a few statements in all, not a transaction each, so one tenant
+    whose endpoints fail in bulk does not hold up the claims of everyone else's (SPEC §10)."""
+    settings = herald_settings.breaker
     with transaction.atomic(), connection.cursor() as cursor:
-        endpoint = attempts.lock_endpoint(cursor, claim.endpoint_id)
-        change = breaker.after_attempt(
-            state=endpoint.breaker, ok=verdict.ok, probe=claim.probe, now=now,
-            threshold=herald_settings.breaker.WEBHOOK_BREAKER_FAILURES,
-            base=herald_settings.breaker.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
-            maximum=herald_settings.breaker.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
-        gone = verdict.gone
-        # Our slot goes to the oldest parked delivery; a recovered endpoint's whole cap opens at once.
-        if not endpoint.active or gone or change.tripped_after(endpoint.breaker):
-            slots_to_hand_on = 0
-        else:
-            slots_to_hand_on = endpoint.cap if change.transition == breaker.RECOVERED else 1
-        if change.fields:  # first, so that the hand-on below sees the breaker as it now is
-            breaker_write(endpoint_id=claim.endpoint_id, fields=change.fields)
-        moved_on, handed = attempts.record_locked(cursor, params, slots_to_hand_on=slots_to_hand_on)
-        if gone and endpoint.active:
-            endpoint_disable(endpoint_id=claim.endpoint_id, reason="receiver answered 410 Gone", notify=notify)
-        if notify:
-            _emit_operational(claim=claim, change=change, result=result, failed=moved_on and status == Delivery.FAILED)
-    return moved_on, handed, change.transition, metrics.endpoint_class(failing_since=endpoint.failing_since, now=now)
+        endpoints = attempts.lock_endpoints(cursor, [outcome.claim.endpoint_id for _, outcome, *_ in items])
+        states = {endpoint_id: endpoint.breaker for endpoint_id, endpoint in endpoints.items()}
+        active = {endpoint_id: endpoint.active for endpoint_id, endpoint in endpoints.items()}
+        fields: dict[str, dict] = {}
+        records, changes, classes, disable = [], [], [], []
+        for _, outcome, verdict, _, params in items:
+            claim, endpoint = outcome.claim, endpoints[outcome.claim.endpoint_id]
+            state = states[claim.endpoint_id]
+            change = breaker.after_attempt(state=state, ok=verdict.ok, probe=claim.probe, now=now,
+                                           threshold=settings.WEBHOOK_BREAKER_FAILURES,
+                                           base=settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
+                                           maximum=settings.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
+            # Its slot goes to the oldest parked delivery; a recovered endpoint's whole cap opens at once.
+            if not active[claim.endpoint_id] or verdict.gone or change.tripped_after(state):
+                slots = 0
+            else:
+                slots = endpoint.cap if change.transition == breaker.RECOVERED else 1
+            classes.append(metrics.endpoint_class(failing_since=state.failing_since, now=now))
+            states[claim.endpoint_id] = state.changed(change.fields)
+            fields.setdefault(claim.endpoint_id, {}).update(change.fields)
+            if verdict.gone and active[claim.endpoint_id]:
+                active[claim.endpoint_id] = False
+                disable.append((claim.endpoint_id, not event_types.is_reserved(claim.event_type)))
+            records.append((params, slots))
+            changes.append(change)
+        # first, so that the hand-ons below see the breakers as they now are
+        breakers_write(cursor, fields)
+        recorded = attempts.record_locked(cursor, records)
+        for endpoint_id, notify in disable:
+            endpoint_disable(endpoint_id=endpoint_id, reason="receiver answered 410 Gone", notify=notify)
+        done = {}
+        for (i, outcome, _, status, _), change, endpoint_class in zip(items, changes, classes):
+            moved_on, handed = recorded[outcome.claim.delivery_id]
+            if not event_types.is_reserved(outcome.claim.event_type):
+                token = request_id.set(outcome.claim.request_id)  # for the operational events it records
+                try:
+                    _emit_operational(claim=outcome.claim, change=change, result=outcome.result,
+                                      failed=moved_on and status == Delivery.FAILED)
+                finally:
+                    request_id.reset(token)
+            done[i] = (moved_on, handed, change.transition, endpoint_class)
+    return done
 
 
 def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: AttemptResult,
