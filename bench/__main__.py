@@ -69,6 +69,7 @@ class Bench:
         self.sustained_seconds = sustained_seconds or (2 if smoke else 10 if quick else 30)
         self.sustained_rates = (20,) if smoke else sustained_rates
         self.sustained_profile = sustained_profile
+        self.fairness_parts: set[str] = set()  # --fairness-parts: only these figures of `fairness` (never into results/)
         self.profile_dir: str | None = None  # --profile: py-spy during an extra, unmeasured round of intake and batch
         self.seconds = 1 if smoke else 4 if quick else 8
         self.results: dict = {"machine": machine(), "quick": self.quick, "smoke": smoke,
@@ -1098,6 +1099,8 @@ class Bench:
         for key, measure in (("quiet_behind_backlog", self._fair_quiet), ("many_loud", self._fair_many),
                              ("retrying_loud", self._fair_retrying), ("weights", self._fair_weights),
                              ("alone", self._fair_alone)):
+            if self.fairness_parts and key not in self.fairness_parts:
+                continue
             runs: dict[str, list] = {"fair": [], "unbounded": []}
             for round_ in range(rounds):
                 for mode in abba(round_, ("fair", "unbounded")):
@@ -1108,9 +1111,10 @@ class Bench:
             print(f"fairness {key}: " + "; ".join(
                 f"{mode} " + ", ".join(f"{k} {v:.3g}" for k, v in result[key][mode].items()) for mode in runs),
                 flush=True)
-        result["scheduler_cost"] = self._fair_cost()
-        print("fairness scheduler cost (us per delivery published, by tenants with backlogs): " + ", ".join(
-            f"{n}: {v:.1f}" for n, v in result["scheduler_cost"].items()), flush=True)
+        if not self.fairness_parts or "scheduler_cost" in self.fairness_parts:
+            result["scheduler_cost"] = self._fair_cost()
+            print("fairness scheduler cost (us per delivery published, by tenants with backlogs): " + ", ".join(
+                f"{n}: {v:.1f}" for n, v in result["scheduler_cost"].items()), flush=True)
         self.results["fairness"] = result
 
     def _fair_backlog(self, tenant, endpoints: list[str], count: int) -> None:
@@ -2174,6 +2178,9 @@ class Bench:
             results = {**previous, **sections, "stamps": {**previous.get("stamps", {}), **stamps}}
         (out / "results.json").write_text(json.dumps(results, indent=2))
         self.results = results
+        if self.fairness_parts:  # a partial section: its figures are printed above and kept in results.json only
+            print(f"wrote {out / 'results.json'}")
+            return
         from bench.report import write_report
 
         write_report(self.results, out)
@@ -2336,7 +2343,14 @@ def main():
     parser.add_argument("--sustained-profile", metavar="DIR",
                         help="record a py-spy profile of gunicorn and the worker during each rate of `sustained` into DIR "
                              "(it costs CPU: not for the measured runs)")
+    parser.add_argument("--fairness-parts", metavar="NAMES",
+                        help="comma-separated figures of `fairness` to run (quiet_behind_backlog, many_loud, "
+                             "retrying_loud, weights, alone, scheduler_cost): to try a change; needs --out, since "
+                             "a section with some figures missing is not one to publish")
+    parser.add_argument("--out", metavar="DIR", help="write results.json and the report into DIR, not bench/results/")
     args = parser.parse_args()
+    if args.fairness_parts and not (args.out or args.smoke):
+        raise SystemExit("bench: --fairness-parts writes a partial fairness section: give --out DIR")
     if args.smoke and not args.only and args.smoke_shards > 1 and not os.environ.get("BENCH_SMOKE"):
         raise SystemExit(smoke_in_shards(args.smoke_shards))
     out = RESULTS
@@ -2347,10 +2361,13 @@ def main():
         os.environ["BENCH_SMOKE"] = "1"  # bench/stack.py: workers start without mingle
         os.environ.setdefault("BENCH_QUEUE", "herald-bench-smoke")
         out = Path(tempfile.mkdtemp(prefix="herald-bench-smoke-"))
+    if args.out:
+        out = Path(args.out)
     only = set(args.only.split(",")) if args.only else None
     bench = Bench(args.quick, args.rounds, args.sustained_seconds, tuple(int(r) for r in args.sustained_rates.split(",")),
                   args.sustained_profile, smoke=args.smoke, out=out)
     bench.profile_dir = args.profile
+    bench.fairness_parts = set(args.fairness_parts.split(",")) if args.fairness_parts else set()
     started = time.monotonic()
     bench.run(only)
     if args.smoke:
