@@ -88,7 +88,7 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
     statement, the attempts recorded in one call, then the 410s' disables and the operational events. A failing
     endpoint's attempts cost a turn of the engine a few statements in all, not a transaction each, so one tenant
     whose endpoints fail in bulk does not hold up the claims of everyone else's (SPEC §10)."""
-    settings = herald_settings.breaker
+    limits = herald_settings.breaker
     with transaction.atomic(), connection.cursor() as cursor:
         endpoints = attempts.lock_endpoints(cursor, [outcome.claim.endpoint_id for _, outcome, *_ in items])
         states = {endpoint_id: endpoint.breaker for endpoint_id, endpoint in endpoints.items()}
@@ -99,9 +99,9 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
             claim, endpoint = outcome.claim, endpoints[outcome.claim.endpoint_id]
             state = states[claim.endpoint_id]
             change = breaker.after_attempt(state=state, ok=verdict.ok, probe=claim.probe, now=now,
-                                           threshold=settings.WEBHOOK_BREAKER_FAILURES,
-                                           base=settings.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
-                                           maximum=settings.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
+                                           threshold=limits.WEBHOOK_BREAKER_FAILURES,
+                                           base=limits.WEBHOOK_BREAKER_COOLDOWN_SECONDS,
+                                           maximum=limits.WEBHOOK_BREAKER_COOLDOWN_MAX_SECONDS)
             # Its slot goes to the oldest parked delivery; a recovered endpoint's whole cap opens at once.
             if not active[claim.endpoint_id] or verdict.gone or change.tripped_after(state):
                 slots = 0
