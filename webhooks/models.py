@@ -235,7 +235,10 @@ class EndpointAccess(models.Model):
 
 
 class Event(models.Model):
-    """Something that happened in a tenant's system, recorded exactly once per intake request."""
+    """Something that happened in a tenant's system, recorded exactly once per intake request.
+
+    Partitioned a day at a time by id, as deliveries and attempts are (migration 0028,
+    webhooks/services/partitions.py, which owns the partitions)."""
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.event_id, editable=False)
     # Written once per intake request: no index of its own (event_tenant_type leads with it), and no
@@ -312,7 +315,9 @@ class Delivery(models.Model):
         # none duplicates another's leading columns.
         # pk: claim and record (herald_delivery_claim/record), GET /deliveries/{id}.
         # delivery_event_endpoint (unique): one delivery per event and endpoint; an event's deliveries
-        #   (GET /events, ?event=), the cascade from an event.
+        #   (GET /events, ?event=), the cascade from an event. In the database it is an index of each day's
+        #   partition (<partition>_event_endpoint): the table is partitioned by id (migration 0028), and an
+        #   event's deliveries all lie in its day.
         indexes = [
             # the hand-on and beat's parked sweep: an endpoint's parked deliveries, oldest first
             models.Index(fields=["endpoint", "id"], name="delivery_parked", condition=models.Q(parked_at__isnull=False)),
@@ -445,6 +450,8 @@ class DeliveryAttempt(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        # Partitioned by delivery_id (migration 0028): in the database the primary key is (id, delivery_id), as
+        # PostgreSQL asks for the partition key in it; `id` comes from its sequence and stays unique.
         ordering = ["delivery", "number"]
         constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="attempt_delivery_number")]
 

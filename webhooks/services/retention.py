@@ -1,18 +1,23 @@
 """Retention: events older than EVENT_RETENTION_DAYS whose deliveries are all final go, with their
-deliveries and attempts, in batches (SPEC §7). A pending delivery is never deleted, nor its event.
+deliveries and attempts (SPEC §7). A pending delivery is never deleted, nor its event.
 
-Batched deletes rather than time-partitioned tables, by measurement (README, "Retention"): they meet
-the throughput target on the tables as they are, and keep the event's key, the delivery's foreign keys
-and every index unchanged, where partitions would need the partition key in every primary and unique
-key, and could drop a day only once every delivery of that day is final.
+The three tables are partitioned a day at a time (webhooks/services/partitions.py), so retention works in
+whole days: a day goes once all of it is past the cutoff (so an event is kept between EVENT_RETENTION_DAYS
+and one day more), its partitions dropped in one short transaction, with the few events that still have a
+pending delivery moved on, whole, into the default partitions. A drop costs the same whatever the day
+held: no row is deleted one by one, no index entry removed, nothing left for VACUUM. Svix's users met the
+other way's limits at scale ("When we delete data older than 14 days, query hangs", svix#1933); batched
+deletes managed about 112,000 rows/s here (bench `year`, before the partitions).
 
-Each batch is one short transaction: it locks the oldest events past the cutoff after a cursor (ids
-are ULIDs, so id order is time order and the cutoff is an id), skipping any a manual retry holds,
-and deletes the attempts, deliveries and events of those whose deliveries are all final; events
-with a pending delivery are stepped over and looked at again on the next run. A manual retry locks
+Batches remain for what lies in the default partitions: the events moved on (taken once their deliveries
+are final), and any row no day partition covered (an id not made by Herald, a day beat did not make a
+partition for in time). Each batch is one short transaction: it locks the oldest events past the cutoff
+after a cursor (ids are ULIDs, so id order is time order and the cutoff is an id), skipping any a manual
+retry holds, and deletes the attempts, deliveries and events of those whose deliveries are all final;
+events with a pending delivery are stepped over and looked at again on the next run. A manual retry locks
 its delivery's event first (FOR KEY SHARE), so it either goes before the batch (which then sees the
-pending delivery) or after it (and finds the delivery gone). Intake and delivery keep going
-meanwhile: the rows deleted are old, and no lock is taken on anything they touch.
+pending delivery) or after it (and finds the delivery gone); a day's drop waits at most
+partitions.LOCK_TIMEOUT_MS for the retry's transaction and otherwise leaves the day to the next run.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from django.utils import timezone
 from webhooks import ids
 from webhooks.conf import herald_settings
 from webhooks.delivery import attempts, deliveries, endpoints, leases, outbox
+from webhooks.services import partitions
 from webhooks.models import (Delivery, Endpoint, EndpointAccess, EndpointSecret, Event, PortalLink,
                              Recovery, Tenant)
 
@@ -36,10 +42,10 @@ logger = logging.getLogger("herald.retention")
 _EVENT = Event._meta.db_table
 _DELIVERY = Delivery._meta.db_table
 
-# The batch: the oldest events past the cutoff after the cursor, locked. An event a manual retry holds
-# (FOR KEY SHARE, see delivery_retry) is skipped: it is about to have a pending delivery.
+# The batch: the oldest events of the default partition past the cutoff after the cursor, locked. An event a
+# manual retry holds (FOR KEY SHARE, see delivery_retry) is skipped: it is about to have a pending delivery.
 _PICK_SQL = f"""
-SELECT e.id FROM {_EVENT} e
+SELECT e.id FROM {partitions.default_name(_EVENT)} e
  WHERE e.id > %(after)s AND e.id < %(before)s AND e.created_at < %(cutoff)s
  ORDER BY e.id
  LIMIT %(batch)s
@@ -102,7 +108,9 @@ class Pruned:
     events: int = 0
     deliveries: int = 0
     attempts: int = 0
-    kept: int = 0  # events past the cutoff kept for a pending delivery
+    kept: int = 0  # events past the cutoff kept for a pending delivery (stepped over by a batch)
+    days: int = 0  # days dropped
+    moved: int = 0  # events of those days moved on, for a pending delivery, into the default partitions
     batches: int = 0
     seconds: float = 0.0
 
@@ -113,14 +121,28 @@ class Pruned:
 
 def events_prune(*, now: datetime | None = None, days: int | None = None, batch: int | None = None,
                  max_seconds: float | None = None, pause_ratio: float | None = None) -> Pruned:
-    """Delete what is past retention (see the module doc), batch by batch, for up to `max_seconds`
-    (the next run goes on from the oldest again), paced by a Pacer."""
+    """Make the coming days' partitions, then delete what is past retention (see the module doc): whole days
+    first, then the default partitions batch by batch, for up to `max_seconds` (the next run goes on from the
+    oldest again), paced by a Pacer."""
     days = herald_settings.retention.EVENT_RETENTION_DAYS if days is None else days
     batch = batch or herald_settings.retention.EVENT_RETENTION_BATCH
     cutoff = (now or timezone.now()) - timedelta(days=days)
     before = ids.boundary("evt", cutoff)
+    partitions.ensure()
     pacer = Pacer(max_seconds=max_seconds, pause_ratio=pause_ratio)
     pruned, after = Pruned(), "evt_"
+    droppable = partitions.droppable(cutoff)
+
+    def one_day() -> bool:
+        dropped = partitions.drop_day(droppable.pop(0))
+        if not dropped.dropped:
+            return False  # its locks were busy: the next run tries again
+        pruned.days += 1
+        pruned.events += dropped.events
+        pruned.deliveries += dropped.deliveries
+        pruned.attempts += dropped.attempts
+        pruned.moved += dropped.moved_events
+        return bool(droppable)
 
     def one_batch() -> bool:
         nonlocal after
@@ -142,8 +164,11 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
         after = picked[-1]
         return len(picked) == batch
 
+    if droppable:
+        pacer.run(one_day)
+    days_run = pacer.batches
     pacer.run(one_batch)
-    pruned.batches, pruned.seconds = pacer.batches, pacer.seconds
+    pruned.batches, pruned.seconds = pacer.batches - days_run, pacer.seconds
     logger.info("retention.pruned", extra={**pruned.__dict__, "cutoff": cutoff.isoformat()})
     return pruned
 

@@ -1,0 +1,28 @@
+"""`manage.py history_partitions`: the day partitions of events, deliveries and attempts (webhooks/services/partitions.py).
+
+With no option, lists the days that have partitions. `--from DAY [--to DAY]` makes the missing ones in that
+range first: before importing history of earlier days (rows of a day with no partition go to the default
+partition, where retention deletes them in batches instead of dropping the day). Beat makes the coming days'
+partitions by itself (DAYS_AHEAD), each time retention runs.
+"""
+from datetime import date
+
+from django.core.management.base import BaseCommand
+
+from webhooks.services import partitions
+
+
+class Command(BaseCommand):
+    help = "List the day partitions of events, deliveries and attempts; with --from, make the missing ones first."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--from", dest="first", type=date.fromisoformat, help="first day to make (YYYY-MM-DD)")
+        parser.add_argument("--to", dest="last", type=date.fromisoformat,
+                            help="last day to make (default: DAYS_AHEAD days from today)")
+
+    def handle(self, *args, first: date | None, last: date | None, **options):
+        if first is not None or last is not None:
+            made = partitions.ensure(first=first, last=last)
+            self.stdout.write(f"made {len(made)} partitions")
+        days = partitions.days()
+        self.stdout.write(f"{len(days)} days: {days[0]} to {days[-1]}" if days else "no day partitions")
