@@ -115,6 +115,22 @@ def _fresh_credential_cache():
 
 
 @pytest.fixture
+def days_restored(transactional_db):
+    """For a test whose retention drops day partitions (today's too, when it prunes as if a month later): when it
+    ends, its history goes and the days around today are made again, so that the next test's rows land in
+    their day as they would on a live system (with today's rows waiting in the default partition, its
+    partition could not be made)."""
+    yield
+    from django.db import connection
+
+    from webhooks.services import partitions
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(part.table for part in partitions.TABLES)}")
+    partitions.ensure()
+
+
+@pytest.fixture
 def fresh_tokens():
     """This process's OAuth2 token cache (webhooks/delivery/destinations/access.py) empty before and after the test, so that a token
     one test fetched is never another's (the endpoint access and proxy tests use it on every test)."""

@@ -155,6 +155,7 @@ def _exact() -> tuple[int, int]:
             Delivery.objects.filter(status=Delivery.FAILED).count())
 
 
+@pytest.mark.usefixtures("days_restored")
 def test_pending_and_failed_counts_stay_exact_through_every_writer(api, receiver, settings):
     settings.WEBHOOK_RETRY_SCHEDULE = "1"  # a second failed attempt fails the delivery
     for path in ("/a", "/b", "/c"):

@@ -1,6 +1,8 @@
-"""Retention against real PostgreSQL: what goes, what stays, and a manual retry racing the prune."""
+"""Retention against real PostgreSQL: what goes, what stays, and a manual retry racing the prune.
+
+Whole days past retention are dropped (tests/test_partitions.py has the day's own tests); the batches here are
+the default partition's: rows no day partition covers (`_old_events` makes them on a day that has none)."""
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -8,11 +10,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from tests.conftest import create_endpoint
-from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Event
+from webhooks import ids
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, Event
 from webhooks.delivery.retries import delivery_retry
 from webhooks.services.retention import events_prune
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("days_restored")]
 
 
 def _events(api, count):
@@ -28,27 +31,34 @@ def _finish(event_ids, status=Delivery.SUCCEEDED):
     DeliveryOutbox.objects.filter(delivery__event_id__in=event_ids).delete()
 
 
-def _between(api, before, after):
-    """Events created before a moment and after it: (old ids, the moment, recent ids)."""
-    old = _events(api, before)
-    time.sleep(0.01)  # the input: the clock moves on, so the moment lies strictly between the two sets
-    moment = timezone.now()
-    time.sleep(0.01)
-    return old, moment, _events(api, after)
+def _old_events(api, count):
+    """Events 100 days old, on a day no partition covers (they lie in the default partitions), each with a pending
+    delivery to every endpoint of the tenant, as intake would have made them then."""
+    when = timezone.now() - timedelta(days=100)
+    made = []
+    for n in range(count):
+        event = Event.objects.create(id=ids.made_at("evt", when + timedelta(milliseconds=n)), tenant=api.tenant,
+                                     type="invoice.paid", created_at=when,
+                                     payload=b'{"type":"invoice.paid","timestamp":"x","data":{}}')
+        for rank, endpoint in enumerate(Endpoint.objects.filter(tenant=api.tenant).order_by("id"), 1):
+            Delivery.objects.create(id=f"dlv_{event.id.removeprefix('evt_')}{rank:05}", tenant=api.tenant,
+                                    event=event, endpoint=endpoint, next_attempt_at=when)
+        made.append(event.id)
+    return made
 
 
 def test_old_final_events_go_with_their_deliveries_and_attempts_and_the_rest_stays(api):
     create_endpoint(api, "https://a.example.com/")
     create_endpoint(api, "https://b.example.com/")
-    old, moment, recent = _between(api, 5, 2)
+    old, recent = _old_events(api, 5), _events(api, 2)
     _finish(old[:3], Delivery.SUCCEEDED)
     _finish(old[3:4], Delivery.FAILED)
     # old[4] still has its deliveries pending (a retry scheduled)
     _finish(recent)
 
-    pruned = events_prune(now=moment, days=0, batch=2)
+    pruned = events_prune(batch=2)
 
-    assert (pruned.events, pruned.deliveries, pruned.attempts, pruned.kept) == (4, 8, 8, 1)
+    assert (pruned.days, pruned.events, pruned.deliveries, pruned.attempts, pruned.kept) == (0, 4, 8, 8, 1)
     assert pruned.batches == 3  # 2 + 2 + 1 events past the cutoff, two at a time
     remaining = set(Event.objects.values_list("id", flat=True))
     assert remaining == {old[4], *recent}
@@ -66,7 +76,8 @@ def test_an_event_with_one_pending_delivery_is_kept_whole(api):
     first, second = Delivery.objects.filter(event_id=event_id).order_by("id")
     _finish([event_id])
     Delivery.objects.filter(pk=second.pk).update(status=Delivery.PENDING)
-    assert events_prune(now=timezone.now() + timedelta(days=31)).kept == 1
+    pruned = events_prune(now=timezone.now() + timedelta(days=31))
+    assert (pruned.moved, pruned.kept) == (1, 1)  # its day dropped, it moved on, and stays for its pending delivery
     assert Delivery.objects.filter(event_id=event_id).count() == 2
     assert DeliveryAttempt.objects.filter(delivery__event_id=event_id).count() == 2
 
@@ -93,7 +104,7 @@ def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_deliver
     thread = threading.Thread(target=retry_slowly)
     thread.start()
     assert retried.wait(5)
-    pruned = events_prune(now=timezone.now() + timedelta(days=31))
+    pruned = events_prune(now=timezone.now() + timedelta(days=31))  # its day is past retention: a drop, given up
     assert not done.is_set(), "the prune waited for the retry"
     release.set()
     thread.join()
