@@ -1482,8 +1482,9 @@ class Bench:
         from django.conf import settings
         from django.db import connection
         from django.test import override_settings
+        from django.utils import timezone
 
-        from webhooks import progress
+        from webhooks import ids, progress
         from webhooks.delivery.publishing import publish
         from webhooks.delivery.dispatcher import deliveries_dispatch_due
 
@@ -1493,27 +1494,30 @@ class Bench:
                                                max_in_flight=100)
         events_needed = (waiting + due + backlog) // 100 + 1
         with connection.cursor() as cursor:
+            # ids as intake made them an hour ago (in today's partitions): that time, and the number as the random part
+            head = "evt_" + ids.boundary("evt", timezone.now() - timedelta(hours=1))[4:14]
             cursor.execute("""
                 INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
-                SELECT 'evt_bench' || lpad(g::text, 10, '0'), %s, 'invoice.paid', '{}',
+                SELECT %s || lpad(g::text, 16, '0'), %s, 'invoice.paid', '{}',
                        '{"type":"invoice.paid","timestamp":"2026-01-01T00:00:00Z","data":{}}'::bytea, '',
                        now() - interval '1 hour'
-                  FROM generate_series(1, %s) g""", [tenant.pk, events_needed])
+                  FROM generate_series(1, %s) g""", [head, tenant.pk, events_needed])
             # rank r of (event, endpoint): the first `waiting` are retries for later, then `due` retries due
             # now, then the `backlog`: first attempts published ten minutes ago, waiting in the main queue.
             cursor.execute("""
                 INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                                next_attempt_at, created_at, updated_at)
-                SELECT 'dlv_bench' || lpad(r::text, 10, '0'), %(tenant)s, e.id, ep.id, 'pending',
+                SELECT 'dlv_' || substr(e.id, 5) || lpad(x.rank::text, 5, '0'), %(tenant)s, e.id, ep.id, 'pending',
                        CASE WHEN r <= %(waiting)s + %(due)s THEN 1 ELSE 0 END,
                        CASE WHEN r <= %(waiting)s THEN now() + interval '1 hour'
                             WHEN r <= %(waiting)s + %(due)s THEN now() - interval '1 second'
                             ELSE now() - interval '10 minutes' END,
                        now() - interval '10 minutes', now()
                   FROM (SELECT e.id AS event_id, ep.id AS endpoint_id,
-                               row_number() OVER (ORDER BY e.id, ep.id) AS r
+                               row_number() OVER (ORDER BY e.id, ep.id) AS r,
+                               row_number() OVER (PARTITION BY e.id ORDER BY ep.id) AS rank
                           FROM webhooks_event e CROSS JOIN webhooks_endpoint ep
-                         WHERE e.id LIKE 'evt_bench%%' AND ep.tenant_id = %(tenant)s) x
+                         WHERE e.tenant_id = %(tenant)s AND ep.tenant_id = %(tenant)s) x
                   JOIN webhooks_event e ON e.id = x.event_id JOIN webhooks_endpoint ep ON ep.id = x.endpoint_id
                  WHERE r <= %(total)s""", {"tenant": tenant.pk, "waiting": waiting, "due": due,
                                             "total": waiting + due + backlog})
@@ -1521,12 +1525,11 @@ class Bench:
             cursor.execute("""
                 INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
                 SELECT id, next_attempt_at, CASE WHEN attempt_count = 0 THEN next_attempt_at END, attempt_count > 0
-                  FROM webhooks_delivery WHERE id LIKE 'dlv_bench%%'""")
+                  FROM webhooks_delivery WHERE tenant_id = %s""", [tenant.pk])
             cursor.execute("VACUUM ANALYZE webhooks_delivery")
             cursor.execute("VACUUM ANALYZE webhooks_deliveryoutbox")
             cursor.execute("""SELECT delivery_id FROM webhooks_deliveryoutbox
-                               WHERE delivery_id LIKE 'dlv_bench%%' AND published_at IS NOT NULL
-                               ORDER BY delivery_id""")
+                               WHERE published_at IS NOT NULL ORDER BY delivery_id""")
             backlog_ids = [row[0] for row in cursor.fetchall()]
         # The backlog's messages wait in the main queue; the workers have consumed up to twenty minutes
         # ago (they are busy with older work): the backlog is still waiting, not lost.
@@ -1583,68 +1586,96 @@ class Bench:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
 
-    def seed_history(self, name: str, events: int):
-        """The year's history (see `year`), `events` deep with 4 deliveries each: (tenant, deliveries, events
-        that retention must keep, seconds it took)."""
+    HISTORY_DAYS = 60  # the seeded history's depth: retention (30 days) drops 30 of them
+
+    def seed_history(self, name: str, events: int, days: int = HISTORY_DAYS):
+        """History as a platform's would be, `events` deep with 4 deliveries each, spread evenly over the `days`
+        days before today, each row in its day's partition (its id as intake made it that day): (tenant,
+        deliveries, events that retention must keep, seconds it took). One in 20 deliveries failed, the rest
+        succeeded, but for the last two days, where one event in 50 still has its deliveries pending (retries
+        scheduled), and one in 10,000 older ones (a long outage's): retention moves those on instead of
+        dropping them. Every delivery has one attempt."""
+        from datetime import datetime, timedelta, timezone
+
         from django.db import connection
+
+        from webhooks import ids
+        from webhooks.services import partitions
 
         tenant, _ = self.tenant_with_endpoints(name, [f"/{name}/{n}" for n in range(4)])
         self.cancel_backlog()
         started = time.monotonic()
+        today = partitions.today()
+        partitions.ensure(first=today - timedelta(days=days))
+        noons = [datetime.combine(today - timedelta(days=d), datetime.min.time(), tzinfo=timezone.utc)
+                 + timedelta(hours=12) for d in range(1, days + 1)]
+        # an event's id: its day's time (10 characters of the ULID) and its number as the random part
+        heads = [ids.boundary("evt", noon)[4:14] for noon in noons]
         with connection.cursor() as cursor:
-            # Ids below any real ULID sort first, as old events do; one in 50 is pending (kept), one in 20
-            # failed, the last tenth recent (kept); the older half of the rest 400 days old, the other 60
-            # (one retention run for each); every delivery has one attempt.
             cursor.execute("""
                 INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
-                SELECT 'evt_00' || lpad(g::text, 24, '0'), %(tenant)s, 'invoice.' || (g %% 7), '{}',
+                SELECT 'evt_' || (%(heads)s::text[])[g %% %(days)s + 1] || lpad(g::text, 16, '0'), %(tenant)s,
+                       'invoice.' || (g %% 7), '{}',
                        convert_to('{"type":"invoice.paid","timestamp":"2025-01-01T00:00:00.000000Z","data":{"n":'
-                                  || g || '}}', 'UTF8'), '',
-                       CASE WHEN g > %(events)s * 0.9 THEN now() - interval '1 day'
-                            WHEN g > %(events)s * 0.45 THEN now() - interval '60 days'
-                            ELSE now() - interval '400 days' END
-                  FROM generate_series(1, %(events)s) g""", {"tenant": tenant.pk, "events": events})
+                                  || g || '}}', 'UTF8'), '', (%(noons)s::timestamptz[])[g %% %(days)s + 1]
+                  FROM generate_series(1, %(events)s) g""",
+                           {"tenant": tenant.pk, "events": events, "heads": heads, "noons": noons, "days": days})
             cursor.execute("""
                 INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                                next_attempt_at, created_at, updated_at)
-                SELECT 'dlv_00' || lpad(e.g::text, 19, '0') || lpad(ep.n::text, 5, '0'), %(tenant)s, e.id, ep.id,
-                       CASE WHEN e.g %% 50 = 0 THEN 'pending' WHEN e.g %% 20 = 0 THEN 'failed' ELSE 'succeeded' END,
-                       1, CASE WHEN e.g %% 50 = 0 THEN now() + interval '1 hour' END, e.created_at, e.created_at
-                  FROM (SELECT id, created_at, substr(id, 7)::bigint AS g FROM webhooks_event
-                         WHERE id LIKE 'evt_00%%') e
+                SELECT 'dlv_' || substr(e.id, 5) || lpad(ep.n::text, 5, '0'), %(tenant)s, e.id, ep.id,
+                       CASE WHEN e.pending THEN 'pending' WHEN e.g %% 20 = 0 THEN 'failed' ELSE 'succeeded' END,
+                       1, CASE WHEN e.pending THEN now() + interval '1 hour' END, e.created_at, e.created_at
+                  FROM (SELECT id, created_at, g,
+                               CASE WHEN created_at > now() - interval '3 days' THEN g %% 50 = 0
+                                    ELSE g %% 10000 = 0 END AS pending
+                          FROM (SELECT id, created_at, right(id, 16)::bigint AS g FROM webhooks_event
+                                 WHERE tenant_id = %(tenant)s) x) e
                  CROSS JOIN (SELECT id, row_number() OVER (ORDER BY id) AS n FROM webhooks_endpoint
                               WHERE tenant_id = %(tenant)s) ep""", {"tenant": tenant.pk})
             cursor.execute("""
                 INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, response_status,
                                                       response_body, error, created_at)
                 SELECT id, 1, created_at, 12, CASE WHEN status = 'failed' THEN 500 ELSE 200 END, 'ok', '', created_at
-                  FROM webhooks_delivery WHERE id LIKE 'dlv_00%%'""")
+                  FROM webhooks_delivery WHERE tenant_id = %(tenant)s""", {"tenant": tenant.pk})
             cursor.execute("""
-                INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
-                SELECT id, next_attempt_at, NULL, true FROM webhooks_delivery
-                 WHERE id LIKE 'dlv_00%%' AND status = 'pending'""")
+                INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic, tenant_id)
+                SELECT id, next_attempt_at, NULL, true, tenant_id FROM webhooks_delivery
+                 WHERE tenant_id = %(tenant)s AND status = 'pending'""", {"tenant": tenant.pk})
             cursor.execute("VACUUM ANALYZE webhooks_event, webhooks_delivery, webhooks_deliveryattempt, "
                            "webhooks_deliveryoutbox")
-            cursor.execute("SELECT count(*) FROM webhooks_delivery")
+            cursor.execute("SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %s", [tenant.pk])
             deliveries = cursor.fetchone()[0]
-            cursor.execute("""SELECT count(*) FROM webhooks_event e WHERE e.id LIKE 'evt_00%%'
-                               AND (e.created_at > now() - interval '30 days'
+            # what retention (30 days, whole days) must keep: the days not wholly past the cutoff, and every event
+            # with a delivery still pending
+            cursor.execute("""SELECT count(*) FROM webhooks_event e WHERE e.tenant_id = %(tenant)s
+                               AND (e.created_at >= %(kept_from)s
                                     OR EXISTS (SELECT 1 FROM webhooks_delivery d
-                                                WHERE d.event_id = e.id AND d.status = 'pending'))""")
+                                                WHERE d.event_id = e.id AND d.status = 'pending'))""",
+                           {"tenant": tenant.pk, "kept_from": datetime.combine(
+                               today - timedelta(days=30), datetime.min.time(), tzinfo=timezone.utc)})
             must_stay = cursor.fetchone()[0]
         seeded = time.monotonic() - started
-        print(f"{name}: seeded {events:,} events, {deliveries:,} deliveries and as many attempts in {seeded:.0f} s",
-              flush=True)
+        print(f"{name}: seeded {events:,} events, {deliveries:,} deliveries and as many attempts over {days} days "
+              f"in {seeded:.0f} s", flush=True)
 
         return tenant, deliveries, must_stay, seeded
 
     def drop_history(self):
+        """The seeded history goes, with the partitions of its days (the next parts plan over today's only)."""
+        from datetime import timedelta
+
         from django.db import connection
+
+        from webhooks.services import partitions
 
         self.cancel_backlog()
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
+        for day in partitions.days():
+            if day < partitions.today() - timedelta(days=1):
+                partitions.drop_day(day)
 
     def scrape(self):
         """/metrics at 10M deliveries: the year's history seeded twice as deep (2.5M events), then the
@@ -1665,19 +1696,23 @@ class Bench:
         self.drop_history()
 
     def year(self):
-        """A year's worth of history: 5M deliveries (seeded with generate_series) under 1.25M events, most
-        past retention and final, some past it with a delivery still pending, some recent; the database
-        time of /metrics' gauges and of the admin's delivery list on it; then retention under intake load."""
+        """History at scale: 10M deliveries (seeded with generate_series) under 2.5M events over 60 days, each day
+        in its partitions (`seed_history`); the database time of /metrics' gauges and of the admin's lists on it;
+        then retention as beat runs it: alone on the oldest 15 days, then on the next 15 while wrk drives intake,
+        against intake without it just before. Retention drops whole days (webhooks/services/partitions.py): its
+        figure is the database time (every statement's round trip) per day dropped."""
         from django.conf import settings
         from django.contrib.auth.models import User
         from django.db import connection
         from django.test import Client
 
         from webhooks.delivery.metrics import DeliveryStateCollector
+        from webhooks.models import Delivery
         from webhooks.services.retention import events_prune
 
-        events = self.size(1_250_000, 125_000, 500)
-        _, deliveries, must_stay, seeded = self.seed_history("year", events)
+        events = self.size(2_500_000, 250_000, 500)
+        tenant, deliveries, must_stay, seeded = self.seed_history("year", events)
+        pending_seeded = Delivery.objects.filter(tenant=tenant, status=Delivery.PENDING).count()
         db_ms = SqlTimer.db_ms
 
         reads = {"metrics": db_ms(lambda: list(DeliveryStateCollector().collect()))}
@@ -1698,40 +1733,51 @@ class Bench:
         for name, ms in reads.items():
             print(f"year: {name}: {ms:.1f} ms of database time on {deliveries:,} deliveries", flush=True)
 
-        # Retention as beat runs it (EVENT_RETENTION_PAUSE_RATIO as configured): alone on the 400-day-old half,
-        # then on the 60-day-old half while wrk drives intake, against intake without it just before.
-        alone = events_prune(days=200, max_seconds=3600)
+        def prune(days: int) -> tuple:
+            """Retention with `days`, its database time (seconds) and the result."""
+            timer = SqlTimer()
+            with connection.execute_wrapper(timer):
+                pruned = events_prune(days=days, max_seconds=3600)
+            return pruned, sum(timer.spent)
+
+        alone, alone_db = prune(self.HISTORY_DAYS - 15)
         baseline = wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
                        connections=16, seconds=self.seconds)
         result = {}
-        pruner = threading.Thread(target=lambda: result.update(pruned=events_prune(max_seconds=3600)))
+        pruner = threading.Thread(target=lambda: result.update(zip(("pruned", "db"), prune(30))))
         pruner.start()
-        time.sleep(1)
+        time.sleep(0.2)
         during = wrk(self.web.url + "/api/v1/events", mode="first", token=self.token, path="/api/v1/events",
                      connections=16, seconds=self.seconds)
         pruner.join()
-        pruned = result["pruned"]
+        pruned, pruned_db = result["pruned"], result["db"]
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM webhooks_event WHERE id LIKE 'evt_00%%'")
+            cursor.execute("SELECT count(*) FROM webhooks_event WHERE tenant_id = %s", [tenant.pk])
             left = cursor.fetchone()[0]
-            cursor.execute("SELECT count(*) FROM webhooks_delivery WHERE id LIKE 'dlv_00%%' AND status = 'pending'")
+            cursor.execute("SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %s AND status = 'pending'",
+                           [tenant.pk])
             pending_left = cursor.fetchone()[0]
         self.results["year"] = {
-            "events": events, "deliveries": deliveries, "seed_seconds": seeded, "reads_db_ms": reads,
-            "pause_ratio": settings.EVENT_RETENTION_PAUSE_RATIO,
-            "alone_rows": alone.rows, "alone_seconds": alone.seconds, "alone_rows_per_second": alone.rows / alone.seconds,
-            "pruned_rows": pruned.rows, "pruned_events": pruned.events, "prune_seconds": pruned.seconds,
-            "prune_rows_per_second": pruned.rows / pruned.seconds, "kept_events": left, "must_stay": must_stay,
-            "pending_left": pending_left, "pending_seeded": events // 50 * 4,
+            "events": events, "deliveries": deliveries, "history_days": self.HISTORY_DAYS, "seed_seconds": seeded,
+            "reads_db_ms": reads, "pause_ratio": settings.EVENT_RETENTION_PAUSE_RATIO,
+            "alone_days": alone.days, "alone_rows": alone.rows, "alone_seconds": alone.seconds,
+            "alone_db_seconds": alone_db, "alone_db_seconds_per_day": alone_db / max(1, alone.days),
+            "pruned_days": pruned.days, "pruned_rows": pruned.rows, "pruned_events": pruned.events,
+            "prune_seconds": pruned.seconds, "prune_db_seconds": pruned_db,
+            "prune_db_seconds_per_day": pruned_db / max(1, pruned.days),
+            "moved_on_events": alone.moved + pruned.moved, "kept_events": left, "must_stay": must_stay,
+            "pending_left": pending_left, "pending_seeded": pending_seeded,
             "intake_p99_ms_without": baseline["p99_ms"], "intake_p99_ms_during": during["p99_ms"],
             "p99_ratio": during["p99_ms"] / baseline["p99_ms"],
         }
-        print(f"year: retention (pause ratio {settings.EVENT_RETENTION_PAUSE_RATIO:g}) alone deleted {alone.rows:,} "
-              f"rows in {alone.seconds:.1f} s ({alone.rows / alone.seconds:,.0f} rows/s); under intake load "
-              f"{pruned.rows:,} rows in {pruned.seconds:.1f} s "
-              f"({pruned.rows / pruned.seconds:,.0f} rows/s); kept {left:,} events "
-              f"({must_stay:,} had to stay), {pending_left:,} pending deliveries; intake p99 "
-              f"{baseline['p99_ms']:.1f} ms without, {during['p99_ms']:.1f} ms during", flush=True)
+        print(f"year: retention (pause ratio {settings.EVENT_RETENTION_PAUSE_RATIO:g}) alone dropped {alone.days} days "
+              f"({alone.rows:,} rows) in {alone.seconds:.1f} s, {alone_db:.2f} s of database time "
+              f"({alone_db / max(1, alone.days) * 1000:.0f} ms a day); under intake load {pruned.days} days "
+              f"({pruned.rows:,} rows) in {pruned.seconds:.1f} s, {pruned_db:.2f} s of database time "
+              f"({pruned_db / max(1, pruned.days) * 1000:.0f} ms a day); moved on {alone.moved + pruned.moved:,} events "
+              f"with a pending delivery; kept {left:,} events ({must_stay:,} had to stay), {pending_left:,} pending "
+              f"deliveries; intake p99 {baseline['p99_ms']:.1f} ms without, {during['p99_ms']:.1f} ms during",
+              flush=True)
         self.drop_history()
 
     def erasure(self):

@@ -36,10 +36,10 @@ TARGETS = {
     "dispatch_rate": ("retries coming due: published per second by a dispatcher run", ">= 2,000"),
     "prune_rate": ("prune rows/s", ">= 100,000"),
     "prune_p99_ratio": ("intake p99 during prune vs without", "<= 2.00x"),
-    "year_metrics": ("/metrics gauges on 5M deliveries: database time", "<= 50 ms"),
+    "year_metrics": ("/metrics gauges on 10M deliveries: database time", "<= 50 ms"),
     "scrape_db_ms": ("/metrics scrape on 10M deliveries: database time", "<= 50 ms"),
-    "year_admin": ("admin delivery list on 5M deliveries (slowest filter): database time", "<= 50 ms"),
-    "year_rate": ("retention rows/s (events + deliveries + attempts), under intake load", ">= 100,000"),
+    "year_admin": ("admin delivery list on 10M deliveries (slowest filter): database time", "<= 50 ms"),
+    "year_day": ("retention: database time a day of history dropped, under intake load", "<= 1 s"),
     "year_p99_ratio": ("intake p99 during retention vs without", "<= 1.50x"),
     "year_kept": ("retention: pending and recent events kept", "all"),
     "erasure_rate": ("erasure of a deleted tenant (1M deliveries and attempts), rows/s under intake load", ">= 100,000"),
@@ -143,7 +143,9 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         rows.append((*TARGETS["year_metrics"], f"{reads['metrics']:.1f} ms", reads["metrics"] <= 50))
         admin = max((ms, name) for name, ms in reads.items() if name.startswith("admin deliveries"))
         rows.append((*TARGETS["year_admin"], f"{admin[0]:.1f} ms ({admin[1]})", admin[0] <= 50))
-        rows.append((*TARGETS["year_rate"], f"{y['prune_rows_per_second']:,.0f}", y["prune_rows_per_second"] >= 100_000))
+        per_day = y["prune_db_seconds_per_day"]
+        rows.append((*TARGETS["year_day"], f"{per_day * 1000:,.0f} ms ({y['pruned_days']} days, "
+                                           f"{y['pruned_rows']:,} rows)", y["pruned_days"] > 0 and per_day <= 1))
         rows.append((*TARGETS["year_p99_ratio"], f"{y['p99_ratio']:.2f}x ({y['intake_p99_ms_during']:.1f} / "
                                                  f"{y['intake_p99_ms_without']:.1f} ms)", y["p99_ratio"] <= 1.5))
         kept = y["kept_events"] == y["must_stay"] and y["pending_left"] == y["pending_seeded"]
@@ -339,15 +341,18 @@ def markdown(results: dict) -> str:
                       f"{p['intake_p99_ms_during']:.1f} ms during."]
     if "year" in results:
         y = results["year"]
-        lines += ["", f"A year of history: {y['events']:,} events, {y['deliveries']:,} deliveries and as many attempts "
-                      f"(seeded in {y['seed_seconds']:.0f} s). Database time: "
-                      + ", ".join(f"{name} {ms:.1f} ms" for name, ms in y["reads_db_ms"].items())
-                      + f". Retention (pause ratio {y['pause_ratio']:g}): alone {y['alone_rows']:,} rows in "
-                      f"{y['alone_seconds']:.1f} s ({y['alone_rows_per_second']:,.0f} rows/s); under intake load "
-                      f"{y['pruned_rows']:,} rows in {y['prune_seconds']:.1f} s ({y['prune_rows_per_second']:,.0f} rows/s), "
-                      f"intake p99 {y['intake_p99_ms_without']:.1f} ms without, {y['intake_p99_ms_during']:.1f} ms during; "
-                      f"kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and {y['pending_left']:,} "
-                      f"pending deliveries."]
+        lines += ["", f"History: {y['events']:,} events, {y['deliveries']:,} deliveries and as many attempts over "
+                      f"{y['history_days']} days, a day a partition (seeded in {y['seed_seconds']:.0f} s). Database "
+                      "time: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in y["reads_db_ms"].items())
+                      + f". Retention (whole days; pause ratio {y['pause_ratio']:g}): alone {y['alone_days']} days "
+                      f"({y['alone_rows']:,} rows) in {y['alone_seconds']:.1f} s, {y['alone_db_seconds']:.2f} s of "
+                      f"database time ({y['alone_db_seconds_per_day'] * 1000:.0f} ms a day); under intake load "
+                      f"{y['pruned_days']} days ({y['pruned_rows']:,} rows) in {y['prune_seconds']:.1f} s, "
+                      f"{y['prune_db_seconds']:.2f} s of database time ({y['prune_db_seconds_per_day'] * 1000:.0f} ms "
+                      f"a day), intake p99 {y['intake_p99_ms_without']:.1f} ms without, "
+                      f"{y['intake_p99_ms_during']:.1f} ms during; {y['moved_on_events']:,} events with a pending "
+                      f"delivery moved on; kept {y['kept_events']:,} events ({y['must_stay']:,} had to stay) and "
+                      f"{y['pending_left']:,} pending deliveries."]
     for line in (_batch_line(results), _fairness_line(results)):
         if line:
             lines.append(line)
