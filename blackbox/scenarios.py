@@ -12,6 +12,7 @@ import uuid
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import psycopg
@@ -1506,37 +1507,44 @@ def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: 
 
 
 def _history_census(conn: psycopg.Connection, tenant_id: str) -> dict[str, int]:
-    """The seeded history of the year scenario: its events, recent ones, pending deliveries, events with one,
-    rows (events + deliveries + attempts) and the events retention must keep."""
+    """The seeded history of the year scenario (all of its tenant's rows): its events, recent ones, pending
+    deliveries, events with one, rows (events + deliveries + attempts) and the events retention must keep."""
     return dict(zip(("events", "recent", "pending", "with_pending", "rows", "must_stay"), conn.execute("""
         SELECT count(*), count(*) FILTER (WHERE created_at > now() - interval '30 days'),
-               (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%'
-                   AND status = 'pending'),
+               (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND status = 'pending'),
                count(*) FILTER (WHERE EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
                                                  AND d.status = 'pending')),
-               count(*) + (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s AND id LIKE 'dlv_00%%')
+               count(*) + (SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %(t)s)
                         + (SELECT count(*) FROM webhooks_deliveryattempt a JOIN webhooks_delivery d
-                               ON d.id = a.delivery_id WHERE d.tenant_id = %(t)s AND d.id LIKE 'dlv_00%%'),
+                               ON d.id = a.delivery_id WHERE d.tenant_id = %(t)s),
                count(*) FILTER (WHERE created_at > now() - interval '30 days'
                                    OR EXISTS (SELECT 1 FROM webhooks_delivery d WHERE d.event_id = e.id
                                                  AND d.status = 'pending'))
-          FROM webhooks_event e WHERE e.tenant_id = %(t)s AND e.id LIKE 'evt_00%%'""",
-        {"t": tenant_id}).fetchone()))
+          FROM webhooks_event e WHERE e.tenant_id = %(t)s""", {"t": tenant_id}).fetchone()))
+
+
+def _ulid_time(when: datetime) -> str:
+    """The first ten characters of a ULID made at `when` (its 48-bit millisecond time, Crockford base32)."""
+    value, chars = int(when.timestamp() * 1000), []
+    for _ in range(10):
+        chars.append("0123456789ABCDEFGHJKMNPQRSTVWXYZ"[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
 
 
 YEAR_P99_ALLOWANCE_MS = 250.0
 
 
 def year(ctx: Context) -> Result:
-    """A year of history: old events (seeded in SQL), the prune (`manage.py prune_events`, what beat runs)
-    during steady intake; nothing pending or recent may go, and intake p99 may not pass 1.5× its value
-    without the prune."""
+    """A year of history: old events (seeded in SQL, each in its day's partitions), the prune (`manage.py
+    prune_events`, what beat runs: whole days dropped, pending events moved on) during steady intake; nothing
+    pending or recent may go, and intake p99 may not pass 1.5× its value without the prune."""
     profile = ctx.profile
     n = profile.year_events
     rate = 40.0
     result = Result("year", load=f"{n:,} old events ×4 deliveries ×1 attempt seeded; {rate:g} events/s for "
                                  f"{profile.year_seconds:g}s without, then during, the prune",
-                    faults="retention deleting millions of rows")
+                    faults="retention dropping days of millions of rows")
     # the history belongs to a tenant of its own (four endpoints); the load to another
     history = ctx.tenant("year-history")
     archive = ctx.receivers.new("year-history", AlwaysOk())
@@ -1546,36 +1554,49 @@ def year(ctx: Context) -> Result:
     receiver = ctx.receivers.new("year", AlwaysOk())
     ctx.endpoint(tenant, receiver, ["year.*"])
     started = time.monotonic()
+    # Three days of history: 400 and 60 days ago (each one day's partitions, made as an operator would before an
+    # import: the days beat makes are the coming ones) and yesterday (recent: it stays). Ids as intake made them
+    # on their day; 1 in 50 events keeps a pending delivery (a retry in an hour): retention moves those on.
+    today = datetime.now(timezone.utc).date()
+    noons = [datetime.combine(today - timedelta(days=ago), datetime.min.time(), tzinfo=timezone.utc)
+             + timedelta(hours=12) for ago in (400, 60, 1)]
+    for noon in noons[:2]:
+        made = subprocess.run([str(VENV_BIN / "python"), "manage.py", "history_partitions", "--from",
+                               noon.date().isoformat(), "--to", noon.date().isoformat()], cwd=ROOT,
+                              env=ctx.stack.env(), capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            result.problem(f"history_partitions failed: {made.stderr[-500:]}")
+            return result
     with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
-        # ids below any real ULID, as old ones are; 1 in 50 old events keeps a pending delivery (a retry in an
-        # hour), the last tenth are recent: both must stay
         conn.execute("""
             INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
-            SELECT 'evt_00' || lpad(g::text, 24, '0'), %(tenant)s, 'year.old', '{}',
-                   convert_to('{"type":"year.old","timestamp":"2025-01-01T00:00:00.000000Z","data":{"n":' || g
-                              || '}}', 'UTF8'), '',
-                   CASE WHEN g > %(n)s * 0.9 THEN now() - interval '1 day' ELSE now() - interval '400 days' END
-              FROM generate_series(1, %(n)s) g""", {"tenant": history.tenant_id, "n": n})
+            SELECT 'evt_' || (%(heads)s::text[])[x.day] || lpad(x.g::text, 16, '0'), %(tenant)s, 'year.old', '{}',
+                   convert_to('{"type":"year.old","timestamp":"2025-01-01T00:00:00.000000Z","data":{"n":' || x.g
+                              || '}}', 'UTF8'), '', (%(noons)s::timestamptz[])[x.day]
+              FROM (SELECT g, CASE WHEN g > %(n)s * 0.9 THEN 3 WHEN g > %(n)s * 0.45 THEN 2 ELSE 1 END AS day
+                      FROM generate_series(1, %(n)s) g) x""",
+                     {"tenant": history.tenant_id, "n": n, "heads": [_ulid_time(noon) for noon in noons],
+                      "noons": noons})
         conn.execute("""
             INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                            next_attempt_at, created_at, updated_at)
-            SELECT 'dlv_00' || substr(e.id, 7) || ep.rank, %(tenant)s, e.id, ep.id,
-                   CASE WHEN substr(e.id, 7)::bigint %% 50 = 0 THEN 'pending' ELSE 'succeeded' END, 1,
-                   CASE WHEN substr(e.id, 7)::bigint %% 50 = 0 THEN now() + interval '1 hour' END,
+            SELECT 'dlv_' || substr(e.id, 5) || lpad(ep.rank::text, 5, '0'), %(tenant)s, e.id, ep.id,
+                   CASE WHEN right(e.id, 16)::bigint %% 50 = 0 THEN 'pending' ELSE 'succeeded' END, 1,
+                   CASE WHEN right(e.id, 16)::bigint %% 50 = 0 THEN now() + interval '1 hour' END,
                    e.created_at, e.created_at
               FROM webhooks_event e
              CROSS JOIN (SELECT id, row_number() OVER (ORDER BY id) AS rank FROM webhooks_endpoint
                           WHERE tenant_id = %(tenant)s) ep
-             WHERE e.id LIKE 'evt_00%%' AND e.tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
+             WHERE e.tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
         conn.execute("""
             INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, response_status,
                                                   response_body, error, created_at)
             SELECT id, 1, created_at, 10, 200, 'ok', '', created_at FROM webhooks_delivery
-             WHERE id LIKE 'dlv_00%%' AND tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
+             WHERE tenant_id = %(tenant)s""", {"tenant": history.tenant_id})
         conn.execute("""
             INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic)
             SELECT id, next_attempt_at, NULL, true FROM webhooks_delivery
-             WHERE id LIKE 'dlv_00%%' AND tenant_id = %(tenant)s AND status = 'pending'""",
+             WHERE tenant_id = %(tenant)s AND status = 'pending'""",
                      {"tenant": history.tenant_id})
         conn.execute("VACUUM ANALYZE webhooks_event, webhooks_delivery, webhooks_deliveryattempt")
 
