@@ -12,7 +12,7 @@ with them, both from beat's retention task (webhooks/services/retention.py, whic
 - `ensure`: each day's partitions are made DAYS_AHEAD days ahead. A day whose range already has rows in the
   default partition (beat was down that long) is left to the default partition, with a warning;
 - `drop_day`: a day past retention goes whole. Under a brief ACCESS EXCLUSIVE lock of the three tables (taken
-  with LOCK_TIMEOUT_MS: a busy moment makes it give up and try at the next run, never queue intake behind it),
+  with LOCK_TIMEOUT_MS: a busy moment makes it give up and try at the next run, rather than queue intake behind it),
   the events that still have a pending delivery are copied out with all their deliveries and attempts, the
   three partitions are dropped, and the copies go back in, into the default partitions (their ids unchanged:
   the outbox, leases and API links still find them), where retention's batched deletes take them once they
@@ -41,7 +41,8 @@ from webhooks.models import Delivery, DeliveryAttempt, Event
 logger = logging.getLogger("herald.retention")
 
 DAYS_AHEAD = 3  # beat makes each day's partitions this many days before it starts (pg_partman's default is 4)
-LOCK_TIMEOUT_MS = 200  # how long a drop waits for its locks before it leaves the day to the next run
+LOCK_TIMEOUT_MS = 50  # how long a drop waits for its locks (intake queues behind it meanwhile) before it leaves
+# the day to the next run
 # Partition maintenance is one at a time, across hosts (two beats): a transaction-level advisory lock ('hprt').
 _LOCK = int.from_bytes(b"hprt", "big")
 
