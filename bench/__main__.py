@@ -1121,27 +1121,33 @@ class Bench:
         """`count` first attempts of `tenant` waiting in the outbox, as intake leaves them, over its endpoints."""
         from django.db import connection
 
-        tag = uuid.uuid4().hex[:8]
+        from datetime import datetime, timezone
+
+        from webhooks import ids
+
+        # ids as intake makes them now (in today's partitions): the time, then this backlog's tag and number
+        tag, head = uuid.uuid4().hex[:8].upper(), ids.boundary("evt", datetime.now(timezone.utc))[4:14]
         with connection.cursor() as cursor:
             cursor.execute("""
                 INSERT INTO webhooks_event (id, tenant_id, type, channels, payload, request_id, created_at)
-                SELECT 'evt_f' || %(tag)s || lpad(g::text, 8, '0'), %(tenant)s, 'invoice.paid', '{}',
+                SELECT 'evt_' || %(head)s || %(tag)s || lpad(g::text, 8, '0'), %(tenant)s, 'invoice.paid', '{}',
                        '{"type":"invoice.paid","timestamp":"2026-01-01T00:00:00Z","data":{}}'::bytea, '', now()
                   FROM generate_series(1, %(events)s) g""",
-                           {"tag": tag, "tenant": tenant.pk, "events": -(-count // len(endpoints))})
+                           {"tag": tag, "head": head, "tenant": tenant.pk, "events": -(-count // len(endpoints))})
             cursor.execute("""
                 WITH made AS (
                     INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                                    next_attempt_at, created_at, updated_at)
-                    SELECT 'dlv_f' || %(tag)s || lpad(g::text, 8, '0'), %(tenant)s,
-                           'evt_f' || %(tag)s || lpad(((g - 1) / %(per)s + 1)::text, 8, '0'),
+                    SELECT 'dlv_' || %(head)s || %(tag)s || lpad(((g - 1) / %(per)s + 1)::text, 8, '0')
+                               || lpad(((g - 1) %% %(per)s + 1)::text, 5, '0'), %(tenant)s,
+                           'evt_' || %(head)s || %(tag)s || lpad(((g - 1) / %(per)s + 1)::text, 8, '0'),
                            (%(endpoints)s::varchar[])[(g - 1) %% %(per)s + 1], 'pending', 0, now(), now(), now()
                       FROM generate_series(1, %(count)s) g
                     RETURNING id, tenant_id
                 )
                 INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, published_at, periodic, tenant_id)
                 SELECT id, now(), NULL, false, tenant_id FROM made""",
-                           {"tag": tag, "tenant": tenant.pk, "per": len(endpoints), "endpoints": endpoints,
+                           {"tag": tag, "head": head, "tenant": tenant.pk, "per": len(endpoints), "endpoints": endpoints,
                             "count": count})
             cursor.execute("ANALYZE webhooks_deliveryoutbox")
 

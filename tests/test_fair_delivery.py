@@ -47,7 +47,8 @@ def _backlog(api: Api, endpoint_ids: list[str], count: int, *, age: float = 60.0
             WITH made AS (
                 INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                                next_attempt_at, created_at, updated_at)
-                SELECT 'dlv_' || right(%(tenant)s, 12) || lpad(g::text, 8, '0'), %(tenant)s,
+                SELECT 'dlv_' || right(%(tenant)s, 12) || lpad(((g - 1) / %(per_event)s + 1)::text, 8, '0')
+                           || lpad(((g - 1) %% %(per_event)s + 1)::text, 5, '0'), %(tenant)s,
                        'evt_' || right(%(tenant)s, 12) || lpad(((g - 1) / %(per_event)s + 1)::text, 8, '0'),
                        (%(endpoints)s::varchar[])[(g - 1) %% %(per_event)s + 1], 'pending', 0,
                        now() - make_interval(secs => %(age)s), now(), now()

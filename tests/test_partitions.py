@@ -272,3 +272,15 @@ def test_the_migration_moves_a_populated_history_into_partitions(db):
     finally:
         with psycopg.connect(server + " dbname=postgres", autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_a_delivery_whose_id_does_not_extend_its_events_is_refused(api):
+    """What the partitions rest on (an event's deliveries lie in its day, and their ids bound its own) is a check,
+    not a habit of intake's."""
+    from django.db import IntegrityError
+
+    endpoint = create_endpoint(api, "https://a.example.com/")["id"]
+    (event_id,) = history(api.tenant, [endpoint], datetime.now(timezone.utc), [Delivery.SUCCEEDED])
+    with pytest.raises(IntegrityError, match="delivery_extends_event"), transaction.atomic():
+        Delivery.objects.create(id=ids.made_at("dlv", datetime.now(timezone.utc)), tenant=api.tenant,
+                                event_id=event_id, endpoint_id=endpoint)

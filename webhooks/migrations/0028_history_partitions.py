@@ -8,7 +8,8 @@ its default partition and the day partitions from its oldest row's day (at most 
 new database, yesterday) to DAYS_AHEAD days ahead; the rows
 copied in (older ones, and any id that is not a ULID, into the default partition, where retention's batched
 deletes take them as before); its triggers (the delivery counts, migration 0016) made after the copy, so that
-the rows copied are not counted twice; the old table dropped. On a large history this copies every row while
+the rows copied are not counted twice; a check that a delivery's id extends its event's (what the partitions rest
+on: an event's deliveries lie in its day), for the rows written from now on; the old table dropped. On a large history this copies every row while
 intake waits: prune it first (`manage.py prune_events`) or run it in a quiet hour (docs/operations.md).
 
 Django's own state of these models does not change: a delivery's unique (event, endpoint) is an index of each
@@ -28,6 +29,9 @@ from webhooks.services import partitions
 
 # the delivery counts' triggers, as migration 0016 made them (its text, not a copy of it)
 COUNT_TRIGGERS = importlib.import_module("webhooks.migrations.0016_delivery_counts").TRIGGERS
+# A delivery's id extends its event's (intake's fan-out makes it so: webhooks/delivery/fanout.py): an event's
+# deliveries lie in its day, and its deliveries' ids are bounded by its own.
+EXTENDS_EVENT = "CHECK (starts_with(id, 'dlv_' || substr(event_id, 5)))"
 MODELS = {partitions.EVENTS: "Event", partitions.DELIVERIES: "Delivery", partitions.ATTEMPTS: "DeliveryAttempt"}
 PRIMARY_KEYS = {partitions.EVENTS: "(id)", partitions.DELIVERIES: "(id)", partitions.ATTEMPTS: "(id, delivery_id)"}
 
@@ -75,6 +79,8 @@ def _convert(apps, schema_editor, cursor, part: partitions.Partitioned, first_da
         day += timedelta(days=1)
 
     cursor.execute(f"INSERT INTO {table} SELECT * FROM {aside}")
+    # the copy's foreign-key checks now, not at commit: a table with checks pending cannot be altered below
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
     (sequence,) = cursor.fetchone()
     if sequence and part is partitions.ATTEMPTS:
@@ -82,6 +88,8 @@ def _convert(apps, schema_editor, cursor, part: partitions.Partitioned, first_da
     if part is partitions.DELIVERIES:
         for statement in COUNT_TRIGGERS:
             cursor.execute(statement)
+        # the rule the partitions rest on, checked from now on (rows copied in are not: NOT VALID)
+        cursor.execute(f"ALTER TABLE {table} ADD CONSTRAINT delivery_extends_event {EXTENDS_EVENT} NOT VALID")
     cursor.execute(f"DROP TABLE {aside}")
 
 
