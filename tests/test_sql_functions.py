@@ -27,6 +27,22 @@ def test_a_changed_function_is_put_back_by_the_next_migrate():
     assert sql.differences(connection) == []
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_function_whose_settings_changed_is_put_back_too():
+    """The claim's `SET plan_cache_mode` (a cached plan on the partitioned tables) is part of what its file says."""
+    path = sql.FOLDER / "delivery_claim.sql"
+    name = sql.function_name(path)
+    assert sql.settings(sql.text(path)) == ["plan_cache_mode=force_generic_plan"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = %s", [name])
+        (signature,) = cursor.fetchone()
+        cursor.execute(f"ALTER FUNCTION {signature} RESET ALL")
+    assert sql.differences(connection) == [name]
+    call_command("migrate", verbosity=0)
+    assert sql.differences(connection) == []
+    assert sql.installed_settings(connection)[name] == ["plan_cache_mode=force_generic_plan"]
+
+
 def test_each_function_is_in_one_file_and_no_migration_holds_a_body():
     """No second current copy: the migrations install the files instead of carrying the SQL."""
     names = [sql.function_name(path) for path in sql.files()]

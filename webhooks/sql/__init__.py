@@ -81,11 +81,27 @@ def installed_bodies(connection) -> dict[str, str]:
         return dict(cursor.fetchall())
 
 
+def settings(text: str) -> list[str]:
+    """The settings a file gives its function (`SET name = value` lines before its body), as pg_proc.proconfig
+    holds them (`name=value`)."""
+    head = text[:re.search(r"AS (\$\w*\$)", text).start()]
+    return [f"{name}={value}" for name, value in re.findall(r"^SET (\w+) = (\S+)$", head, re.M)]
+
+
+def installed_settings(connection) -> dict[str, list[str]]:
+    """The settings of every function of this folder as the database has them, by name."""
+    names = [function_name(path) for path in files()]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT proname, coalesce(proconfig, '{}') FROM pg_proc WHERE proname = ANY(%s)", [names])
+        return {name: list(config) for name, config in cursor.fetchall()}
+
+
 def differences(connection) -> list[str]:
-    """The functions whose installed source is not their file's (or that are missing)."""
-    installed = installed_bodies(connection)
+    """The functions whose installed source or settings are not their file's (or that are missing)."""
+    installed, configured = installed_bodies(connection), installed_settings(connection)
     return [function_name(path) for path in files()
-            if installed.get(function_name(path)) != body(text(path))]
+            if installed.get(function_name(path)) != body(text(path))
+            or configured.get(function_name(path)) != settings(text(path))]
 
 
 def after_migrate(sender, using="default", **kwargs) -> None:

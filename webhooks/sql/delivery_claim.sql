@@ -4,7 +4,10 @@ CREATE OR REPLACE FUNCTION herald_delivery_claim(p_id varchar, p_lease double pr
 RETURNS TABLE (go boolean, number integer, lease_end timestamptz, event_id varchar, event_type varchar,
                payload bytea, request_id varchar, endpoint_id varchar, tenant_id varchar, url varchar,
                tripped boolean, healthy boolean, secrets varchar[], wake_at timestamptz)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_variable
 DECLARE
     v_endpoint varchar;

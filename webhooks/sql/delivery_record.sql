@@ -5,7 +5,10 @@ CREATE OR REPLACE FUNCTION herald_delivery_record(
     p_lease_end timestamptz, p_endpoint varchar, p_default_cap integer, p_fast boolean, p_hand_on integer,
     p_locked boolean DEFAULT false)
 RETURNS TABLE (applied boolean, moved boolean, handed varchar[])
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_variable
 DECLARE
     ep record;

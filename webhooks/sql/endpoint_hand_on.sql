@@ -1,7 +1,10 @@
 -- Hands an endpoint's free room to its parked deliveries (oldest first): their outbox rows are written due now.
 CREATE OR REPLACE FUNCTION herald_endpoint_hand_on(p_endpoint varchar, p_default_cap integer, p_limit integer)
 RETURNS varchar[]
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_variable
 DECLARE
     ep record;

@@ -26,7 +26,10 @@ CREATE OR REPLACE FUNCTION herald_event_intake(
     p_retention double precision)
 RETURNS TABLE (outcome text, fingerprint varchar, status smallint, headers jsonb, body bytea, encrypted boolean,
                created_at timestamptz, digest varchar, schema jsonb, ring boolean)
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 DECLARE
     v_row record;
