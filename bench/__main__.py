@@ -87,8 +87,15 @@ class Bench:
         import django
 
         django.setup()
-        from intake.credentials import credential_create
+        from datetime import timedelta
 
+        from intake.credentials import credential_create
+        from webhooks.conf import herald_settings
+        from webhooks.services import partitions
+
+        # the day partitions a live system has (retention's days and the coming ones), not a new database's few:
+        # what a statement on the partitioned tables costs grows with them
+        partitions.ensure(first=partitions.today() - timedelta(days=herald_settings.retention.EVENT_RETENTION_DAYS))
         self.receiver = self.start(stack.receiver(stack.free_port()))
         self.credential, self.token = credential_create(tenant_name="bench")
         self.floor_credential, _ = credential_create(tenant_name="bench-floor")
@@ -1668,20 +1675,23 @@ class Bench:
         return tenant, deliveries, must_stay, seeded
 
     def drop_history(self):
-        """The seeded history goes, with the partitions of its days (the next parts plan over today's only)."""
+        """The seeded history goes, with the partitions of its days older than retention's."""
         from datetime import timedelta
 
         from django.db import connection
 
+        from webhooks.conf import herald_settings
         from webhooks.services import partitions
 
         self.cancel_backlog()
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
+        kept_from = partitions.today() - timedelta(days=herald_settings.retention.EVENT_RETENTION_DAYS)
         for day in partitions.days():
-            if day < partitions.today() - timedelta(days=1):
+            if day < kept_from:  # back to the days a live system has (setup)
                 partitions.drop_day(day)
+        partitions.ensure(first=kept_from)
 
     def scrape(self):
         """/metrics at 10M deliveries: the year's history seeded twice as deep (2.5M events), then the
