@@ -284,3 +284,32 @@ def test_a_delivery_whose_id_does_not_extend_its_events_is_refused(api):
     with pytest.raises(IntegrityError, match="delivery_extends_event"), transaction.atomic():
         Delivery.objects.create(id=ids.made_at("dlv", datetime.now(timezone.utc)), tenant=api.tenant,
                                 event_id=event_id, endpoint_id=endpoint)
+
+
+def test_making_partitions_gives_up_at_once_on_a_busy_moment_too(api):
+    """A partition is made under its table's lock as a drop is: a transaction on the table (intake's, here one
+    that holds an event's row) makes `ensure` leave the day to the next run after LOCK_TIMEOUT_MS."""
+    far = partitions.today() + timedelta(days=30)
+    endpoint = create_endpoint(api, "https://a.example.com/")["id"]
+    (event_id,) = history(api.tenant, [endpoint], datetime.now(timezone.utc), [Delivery.SUCCEEDED])
+    holding, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM webhooks_event WHERE id = %s FOR KEY SHARE", [event_id])
+                holding.set()
+                release.wait(30)
+        finally:
+            connection.close()
+            done.set()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert holding.wait(5)
+    made = partitions.ensure(first=far, last=far)
+    assert not done.is_set(), "making the partition waited for the transaction"
+    release.set()
+    thread.join()
+    assert made == [] and far not in partitions.days()
+    assert partitions.ensure(first=far, last=far) == [partitions.day_name(p.table, far) for p in partitions.TABLES]

@@ -9,8 +9,9 @@ made in time, and the few rows retention moves on. Nothing is ever refused for w
 
 This module owns the partitions' DDL (their names, bounds and per-partition indexes) and the two things done
 with them, both from beat's retention task (webhooks/services/retention.py, which calls them first):
-- `ensure`: each day's partitions are made DAYS_AHEAD days ahead. A day whose range already has rows in the
-  default partition (beat was down that long) is left to the default partition, with a warning;
+- `ensure`: each day's partitions are made DAYS_AHEAD days ahead (under the tables' lock too, given up after
+  LOCK_TIMEOUT_MS: there are days to spare). A day whose range already has rows in the default partition (beat
+  was down that long) is left to the default partition, with a warning;
 - `drop_day`: a day past retention goes whole. Under a brief ACCESS EXCLUSIVE lock of the three tables (taken
   with LOCK_TIMEOUT_MS: a busy moment makes it give up and try at the next run, rather than queue intake behind it),
   the events that still have a pending delivery are copied out with all their deliveries and attempts, the
@@ -121,6 +122,8 @@ def ensure(*, first: date | None = None, last: date | None = None) -> list[str]:
     made: list[str] = []
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
+        # a partition is made under its table's lock, as a drop is: a busy moment leaves the rest to the next run
+        cursor.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
         existing = _existing(cursor)
         day = first
         while day <= last:
@@ -135,6 +138,11 @@ def ensure(*, first: date | None = None, last: date | None = None) -> list[str]:
                     made += [name for name in names if name not in existing]
                 except IntegrityError as exc:  # the default partition holds rows of that day
                     logger.warning("partitions.day_left_to_default", extra={"day": day.isoformat(), "error": str(exc)})
+                except OperationalError as exc:
+                    if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
+                        raise
+                    logger.info("partitions.make_postponed", extra={"day": day.isoformat()})
+                    break
             day += timedelta(days=1)
     if made:
         logger.info("partitions.made", extra={"partitions": len(made), "first": made[0], "last": made[-1]})
