@@ -1659,14 +1659,14 @@ class Bench:
                            "webhooks_deliveryoutbox")
             cursor.execute("SELECT count(*) FROM webhooks_delivery WHERE tenant_id = %s", [tenant.pk])
             deliveries = cursor.fetchone()[0]
-            # what retention (30 days, whole days) must keep: the days not wholly past the cutoff, and every event
-            # with a delivery still pending
+            # what retention (30 days, whole partitions) must keep: the partitions not wholly past the cutoff, and
+            # every event with a delivery still pending
+            gone = partitions.droppable(datetime.now(timezone.utc) - timedelta(days=30))
             cursor.execute("""SELECT count(*) FROM webhooks_event e WHERE e.tenant_id = %(tenant)s
                                AND (e.created_at >= %(kept_from)s
                                     OR EXISTS (SELECT 1 FROM webhooks_delivery d
                                                 WHERE d.event_id = e.id AND d.status = 'pending'))""",
-                           {"tenant": tenant.pk, "kept_from": datetime.combine(
-                               today - timedelta(days=30), datetime.min.time(), tzinfo=timezone.utc)})
+                           {"tenant": tenant.pk, "kept_from": gone[-1].stop() if gone else noons[-1]})
             must_stay = cursor.fetchone()[0]
         seeded = time.monotonic() - started
         print(f"{name}: seeded {events:,} events, {deliveries:,} deliveries and as many attempts over {days} days "
@@ -1688,9 +1688,9 @@ class Bench:
             cursor.execute("TRUNCATE webhooks_deliveryattempt, webhooks_deliverylease, webhooks_deliveryoutbox, "
                            "webhooks_delivery, webhooks_event CASCADE")
         kept_from = partitions.today() - timedelta(days=herald_settings.retention.EVENT_RETENTION_DAYS)
-        for day in partitions.days():
-            if day < kept_from:  # back to the days a live system has (setup)
-                partitions.drop_day(day)
+        for span in partitions.spans():
+            if span.end <= kept_from:  # back to the partitions a live system has (setup)
+                partitions.drop(span)
         partitions.ensure(first=kept_from)
 
     def scrape(self):

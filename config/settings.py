@@ -267,6 +267,12 @@ PORTAL_SESSION_SECONDS = env_int("PORTAL_SESSION_SECONDS", 8 * 3600)
 # only such cookies reach it; browsers keep them over https only). Unset: the portal refuses every frame.
 HERALD_PORTAL_FRAME_ANCESTORS = env_origins("HERALD_PORTAL_FRAME_ANCESTORS")
 EVENT_RETENTION_DAYS = env_int("EVENT_RETENTION_DAYS", 30)
+# Events, deliveries and attempts are kept in partitions of this many days each (webhooks/services/partitions.py):
+# retention drops a partition once all of it is past EVENT_RETENTION_DAYS, so an event is kept up to this many days
+# longer; fewer, longer partitions cost each statement on these tables less (docs/operations.md, "Retention").
+HISTORY_PARTITION_DAYS = env_int("HISTORY_PARTITION_DAYS", 7)
+if HISTORY_PARTITION_DAYS < 1:
+    raise ValueError(f"HISTORY_PARTITION_DAYS must be at least 1, not {HISTORY_PARTITION_DAYS}")
 EVENT_RETENTION_BATCH = env_int("EVENT_RETENTION_BATCH", 1000)
 EVENT_RETENTION_INTERVAL_SECONDS = env_float("EVENT_RETENTION_INTERVAL_SECONDS", 600)
 EVENT_RETENTION_MAX_SECONDS = env_float("EVENT_RETENTION_MAX_SECONDS", 300)

@@ -61,9 +61,11 @@ def history(tenant: Tenant, endpoint_ids: list[str], when: datetime, statuses: l
 
 def test_a_new_database_has_partitions_from_yesterday_to_the_days_ahead_and_a_default_for_the_rest():
     today = partitions.today()
-    days = partitions.days()
-    assert days[0] <= today - timedelta(days=1) and days[-1] >= today + timedelta(days=partitions.DAYS_AHEAD)
-    assert days == [days[0] + timedelta(days=n) for n in range(len(days))]  # no gap
+    spans = partitions.spans()
+    assert spans[0].first <= today - timedelta(days=1) and spans[-1].end > today + timedelta(days=partitions.DAYS_AHEAD)
+    assert all(a.end == b.first for a, b in zip(spans, spans[1:]))  # no gap
+    assert {(span.end - span.first).days for span in spans} == {partitions.span_days()}
+    assert spans[0].first.weekday() == 0  # weeks from a Monday
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname FROM pg_class WHERE relname LIKE 'webhooks_%%_default'")
         assert {row[0] for row in cursor.fetchall()} >= {partitions.default_name(p.table) for p in partitions.TABLES}
@@ -75,39 +77,45 @@ def test_an_event_its_deliveries_and_their_attempts_land_in_the_day_they_were_ma
     event = api.send_event("invoice.paid", {"n": 1})
     first = event["deliveries"][0]["id"]
     assert delivery_attempt(delivery_id=first) == Delivery.SUCCEEDED
-    day = datetime.fromtimestamp(int(ids_time(event["id"])) / 1000, timezone.utc).date()
-    assert _where("webhooks_event", "id", event["id"]) == partitions.day_name("webhooks_event", day)
+    span = partitions.covering(ids.time_of(event["id"]).date())
+    assert _where("webhooks_event", "id", event["id"]) == partitions.name("webhooks_event", span)
     assert {_where("webhooks_delivery", "id", d["id"]) for d in event["deliveries"]} == {
-        partitions.day_name("webhooks_delivery", day)}
-    assert _where("webhooks_deliveryattempt", "delivery_id", first) == partitions.day_name("webhooks_deliveryattempt", day)
+        partitions.name("webhooks_delivery", span)}
+    assert _where("webhooks_deliveryattempt", "delivery_id", first) == partitions.name("webhooks_deliveryattempt", span)
 
 
-def ids_time(event_id: str) -> int:
-    """The milliseconds in a ULID id."""
-    value = 0
-    for char in event_id.split("_", 1)[1][:10]:
-        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(char)
-    return value
-
-
-def test_ensure_makes_the_missing_days_and_leaves_a_day_whose_rows_went_to_the_default_partition(api):
-    far = partitions.today() + timedelta(days=20)
-    noon = datetime.combine(far, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=12)
+def test_ensure_makes_the_missing_partitions_without_gaps_and_leaves_a_span_whose_rows_went_to_the_default(api):
+    newest = partitions.spans()[-1]
+    noon = newest.stop() + timedelta(days=partitions.span_days() + 1, hours=12)  # in the span after the next
     endpoint = create_endpoint(api, "https://a.example.com/")
     (early,) = history(api.tenant, [endpoint["id"]], noon, [Delivery.SUCCEEDED])  # no partition for it yet
     assert _where("webhooks_event", "id", early) == "webhooks_event_default"
+    days = partitions.span_days()
+    nxt, taken, after = (partitions.Span(newest.end + timedelta(days=days * n), newest.end + timedelta(days=days * (n + 1)))
+                         for n in range(3))
 
-    made = partitions.ensure(first=far, last=far + timedelta(days=1))
+    made = partitions.ensure(last=after.first)
 
-    assert made == [partitions.day_name(p.table, far + timedelta(days=1)) for p in partitions.TABLES]
+    # the next span is made, the one holding the row is left to the default partition, the one after is made
+    assert made == [partitions.name(p.table, span) for span in (nxt, after) for p in partitions.TABLES]
     assert _where("webhooks_event", "id", early) == "webhooks_event_default"  # where it was, still found
-    assert far not in partitions.days() and far + timedelta(days=1) in partitions.days()
-    assert partitions.ensure(first=far, last=far + timedelta(days=1)) == []  # nothing more to make
+    assert taken not in partitions.spans() and {nxt, after} <= set(partitions.spans())
+    assert partitions.ensure(last=after.first) == []  # nothing more to make, and the gap is not tried again
+
+
+def test_partitions_for_older_history_are_made_backwards_from_the_oldest():
+    oldest = partitions.spans()[0]
+    day = oldest.first - timedelta(days=3 * partitions.span_days())
+    made = partitions.ensure(first=day, last=day)
+    assert len(made) == 3 * len(partitions.TABLES)
+    assert partitions.covering(day) == partitions.Span(day, oldest.first - timedelta(days=2 * partitions.span_days()))
+    earlier = [span for span in partitions.spans() if span.first < oldest.first]
+    assert earlier[-1].end == oldest.first and all(a.end == b.first for a, b in zip(earlier, earlier[1:]))
 
 
 def test_a_day_past_retention_goes_whole_and_its_pending_events_move_on_to_the_default_partition(api, receiver):
     old_day = partitions.today() - timedelta(days=40)
-    partitions.ensure(first=old_day, last=old_day)
+    partitions.ensure(first=old_day)
     a, b = (create_endpoint(api, receiver.url(f"/{n}"))["id"] for n in "ab")
     when = datetime.combine(old_day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=9)
     finished = history(api.tenant, [a, b], when, [Delivery.SUCCEEDED, Delivery.FAILED, Delivery.SUCCEEDED])
@@ -120,9 +128,9 @@ def test_a_day_past_retention_goes_whole_and_its_pending_events_move_on_to_the_d
 
     pruned = events_prune()
 
-    assert (pruned.days, pruned.events, pruned.deliveries, pruned.attempts, pruned.moved) == (1, 3, 6, 6, 1)
+    assert (pruned.events, pruned.deliveries, pruned.attempts, pruned.moved) == (3, 6, 6, 1)
     assert pruned.kept == 1  # and the batches of the default partition, which it went into, stepped over it
-    assert old_day not in partitions.days()
+    assert pruned.partitions >= 1 and partitions.covering(old_day) is None
     assert set(Event.objects.filter(id__in=[*finished, kept, recent]).values_list("id", flat=True)) == {kept, recent}
     # the pending event moved on whole: both its deliveries (one final), their attempts, the outbox row
     assert _where("webhooks_event", "id", kept) == "webhooks_event_default"
@@ -139,15 +147,16 @@ def test_a_day_past_retention_goes_whole_and_its_pending_events_move_on_to_the_d
     Delivery.objects.filter(pk=pending).update(status=Delivery.FAILED, next_attempt_at=None)
     DeliveryOutbox.objects.filter(delivery_id=pending).delete()
     again = events_prune()
-    assert (again.days, again.events, again.deliveries, again.attempts) == (0, 1, 2, 2)
+    assert (again.partitions, again.events, again.deliveries, again.attempts) == (0, 1, 2, 2)
     assert _counted() == _actual()
 
 
-def test_a_drop_gives_up_at_once_on_a_busy_moment_and_the_next_run_takes_the_day(api):
-    """A transaction that holds a row of the day (a manual retry locks its event FOR KEY SHARE) keeps the drop from
+def test_a_drop_gives_up_at_once_on_a_busy_moment_and_the_next_run_takes_the_partition(api):
+    """A transaction that holds a row of the partition (a manual retry locks its event FOR KEY SHARE) keeps the drop from
     its locks: it gives up after LOCK_TIMEOUT_MS, changing nothing, instead of queueing intake behind it."""
     old_day = partitions.today() - timedelta(days=45)
-    partitions.ensure(first=old_day, last=old_day)
+    partitions.ensure(first=old_day)
+    span = partitions.covering(old_day)
     endpoint = create_endpoint(api, "https://a.example.com/")["id"]
     when = datetime.combine(old_day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=1)
     (event_id,) = history(api.tenant, [endpoint], when, [Delivery.SUCCEEDED])
@@ -167,27 +176,27 @@ def test_a_drop_gives_up_at_once_on_a_busy_moment_and_the_next_run_takes_the_day
     thread.start()
     assert holding.wait(5)
     started = time.monotonic()
-    dropped = partitions.drop_day(old_day)
+    dropped = partitions.drop(span)
     waited = time.monotonic() - started
     assert not done.is_set(), "the drop waited for the transaction"
     release.set()
     thread.join()
-    assert dropped.dropped is False and old_day in partitions.days()
+    assert dropped.dropped is False and partitions.covering(old_day) == span
     assert waited < 10  # the lock timeout (partitions.LOCK_TIMEOUT_MS), with room for a loaded machine
     assert Event.objects.filter(pk=event_id).exists()
-    assert events_prune().days == 1 and not Event.objects.filter(pk=event_id).exists()
+    assert events_prune().partitions >= 1 and not Event.objects.filter(pk=event_id).exists()
 
 
 def test_a_lease_or_outbox_row_left_of_a_dropped_delivery_goes_with_it(api):
     old_day = partitions.today() - timedelta(days=50)
-    partitions.ensure(first=old_day, last=old_day)
+    partitions.ensure(first=old_day)
     endpoint = create_endpoint(api, "https://a.example.com/")["id"]
     when = datetime.combine(old_day, datetime.min.time(), tzinfo=timezone.utc)
     (event_id,) = history(api.tenant, [endpoint], when, [Delivery.FAILED])
     delivery_id = f"dlv_{event_id.removeprefix('evt_')}00001"
     DeliveryOutbox.objects.create(delivery_id=delivery_id, due_at=when, published_at=when, tenant=api.tenant)
     DeliveryLease.objects.create(delivery_id=delivery_id, endpoint_id=endpoint, until=when)
-    assert events_prune().days == 1
+    assert events_prune().partitions >= 1
     assert not DeliveryOutbox.objects.filter(delivery_id=delivery_id).exists()
     assert not DeliveryLease.objects.filter(delivery_id=delivery_id).exists()
 
@@ -245,7 +254,8 @@ def test_the_migration_moves_a_populated_history_into_partitions(db):
 
             for label, event_id in rows.items():
                 day = {"today": now, "week": now - timedelta(days=7)}.get(label)
-                expected = (partitions.day_name("webhooks_event", day.date()) if day else "webhooks_event_default")
+                span = day and partitions.aligned(day.date(), partitions.span_days())
+                expected = (partitions.name("webhooks_event", span) if span else "webhooks_event_default")
                 assert where("webhooks_event", "id", event_id) == expected, label
                 delivery_id = "dlv_" + event_id.removeprefix("evt_") + "00001"
                 assert where("webhooks_delivery", "id", delivery_id) == expected.replace("event", "delivery")
@@ -289,7 +299,7 @@ def test_a_delivery_whose_id_does_not_extend_its_events_is_refused(api):
 def test_making_partitions_gives_up_at_once_on_a_busy_moment_too(api):
     """A partition is made under its table's lock as a drop is: a transaction on the table (intake's, here one
     that holds an event's row) makes `ensure` leave the day to the next run after LOCK_TIMEOUT_MS."""
-    far = partitions.today() + timedelta(days=30)
+    far = partitions.spans()[-1].end + timedelta(days=1)
     endpoint = create_endpoint(api, "https://a.example.com/")["id"]
     (event_id,) = history(api.tenant, [endpoint], datetime.now(timezone.utc), [Delivery.SUCCEEDED])
     holding, release, done = threading.Event(), threading.Event(), threading.Event()
@@ -307,9 +317,9 @@ def test_making_partitions_gives_up_at_once_on_a_busy_moment_too(api):
     thread = threading.Thread(target=hold)
     thread.start()
     assert holding.wait(5)
-    made = partitions.ensure(first=far, last=far)
+    made = partitions.ensure(last=far)
     assert not done.is_set(), "making the partition waited for the transaction"
     release.set()
     thread.join()
-    assert made == [] and far not in partitions.days()
-    assert partitions.ensure(first=far, last=far) == [partitions.day_name(p.table, far) for p in partitions.TABLES]
+    assert made == [] and partitions.covering(far) is None
+    assert partitions.ensure(last=far) == [partitions.name(p.table, partitions.covering(far)) for p in partitions.TABLES]

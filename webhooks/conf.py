@@ -69,7 +69,7 @@ class HeraldSettings:
         "Recoveries (SPEC §11).", "WEBHOOK_RECOVER_BATCH", "WEBHOOK_RECOVER_POLL_SECONDS")
     retention = SettingsGroup(
         "Retention (SPEC §7) and a deleted tenant's erasure (SPEC §10).",
-        "EVENT_RETENTION_DAYS", "EVENT_RETENTION_BATCH", "EVENT_RETENTION_INTERVAL_SECONDS",
+        "EVENT_RETENTION_DAYS", "HISTORY_PARTITION_DAYS", "EVENT_RETENTION_BATCH", "EVENT_RETENTION_INTERVAL_SECONDS",
         "EVENT_RETENTION_MAX_SECONDS", "EVENT_RETENTION_PAUSE_RATIO", "TENANT_ERASURE_INTERVAL_SECONDS")
     api = SettingsGroup(
         "The API: bodies, rate limits, credentials, idempotency, tenants' endpoints.",

@@ -2,6 +2,7 @@
 import os
 import threading
 import time
+from datetime import datetime, timezone
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 _RANDOM_BITS = 80
@@ -45,6 +46,14 @@ def boundary(prefix: str, when) -> str:
     """The smallest id `prefix` can have for something created at `when` (an aware datetime): every id
     made before it sorts lower."""
     return f"{prefix}_{_encode(int(when.timestamp() * 1000) << _RANDOM_BITS)}"
+
+
+def time_of(value: str) -> datetime:
+    """When an id was made (or the time a `boundary` stands for): its ULID's millisecond time, UTC."""
+    ms = 0
+    for char in value.split("_", 1)[1][:10]:
+        ms = ms * 32 + _ALPHABET.index(char)
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 def made_at(prefix: str, when) -> str:

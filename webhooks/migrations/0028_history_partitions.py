@@ -1,11 +1,11 @@
-"""History in partitions: events, deliveries and attempts partitioned a day at a time by their ids
-(webhooks/services/partitions.py says how, and what retention does with them).
+"""History in partitions: events, deliveries and attempts partitioned by their ids, HISTORY_PARTITION_DAYS
+days to a partition (webhooks/services/partitions.py says how, and what retention does with them).
 
 Each of the three tables is converted in place, under the three tables' locks: renamed aside; the partitioned
 table made with its columns, defaults, identity, checks, primary key (with the partition key in it, as
 PostgreSQL asks: an attempt's is (id, delivery_id)), unique constraints, Django's indexes and its foreign keys;
-its default partition and the day partitions from its oldest row's day (at most EVENT_RETENTION_DAYS ago; on a
-new database, yesterday) to DAYS_AHEAD days ahead; the rows
+its default partition and partitions of HISTORY_PARTITION_DAYS days from its oldest row's day (at most
+EVENT_RETENTION_DAYS ago; on a new database, yesterday) to DAYS_AHEAD days ahead; the rows
 copied in (older ones, and any id that is not a ULID, into the default partition, where retention's batched
 deletes take them as before); its triggers (the delivery counts, migration 0016) made after the copy, so that
 the rows copied are not counted twice; a check that a delivery's id extends its event's (what the partitions rest
@@ -70,13 +70,9 @@ def _convert(apps, schema_editor, cursor, part: partitions.Partitioned, first_da
     for index in model._meta.indexes:
         schema_editor.execute(index.create_sql(model, schema_editor))
 
-    for statement in partitions.create_sql(part, partitions.default_name(table), day=None):
-        cursor.execute(statement)
-    day = first_day
-    while day <= last_day:
-        for statement in partitions.create_sql(part, partitions.day_name(table, day), day=day):
+    for span in [None, *partitions.plan([], first_day, last_day, herald_settings.retention.HISTORY_PARTITION_DAYS)]:
+        for statement in partitions.create_sql(part, span):
             cursor.execute(statement)
-        day += timedelta(days=1)
 
     cursor.execute(f"INSERT INTO {table} SELECT * FROM {aside}")
     # the copy's foreign-key checks now, not at commit: a table with checks pending cannot be altered below
@@ -98,7 +94,7 @@ def forward(apps, schema_editor) -> None:
     last_day = today + timedelta(days=partitions.DAYS_AHEAD)
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {', '.join(part.table for part in partitions.TABLES)} IN ACCESS EXCLUSIVE MODE")
-        # day partitions for the history there is, within retention (a new database: from yesterday)
+        # partitions for the history there is, within retention (a new database: from yesterday)
         cursor.execute(f"SELECT min(created_at) FROM {partitions.EVENTS.table}")
         (oldest,) = cursor.fetchone()
         first_day = today - timedelta(days=1)

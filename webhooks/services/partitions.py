@@ -1,20 +1,35 @@
-"""History in partitions: events, deliveries and attempts, one partition a day (UTC), dropped whole by retention.
+"""History in partitions: events, deliveries and attempts, in partitions of HISTORY_PARTITION_DAYS days (UTC)
+each, dropped whole by retention.
 
 The three tables are partitioned by range of their ids (migration 0028): `webhooks_event` by `id`,
-`webhooks_delivery` by `id`, `webhooks_deliveryattempt` by `delivery_id`. Ids are ULIDs, so a day is a range of
-ids (`ids.boundary` of its midnight to the next), and a delivery's id extends its event's: an event, its
-deliveries and their attempts always lie in the same day, whenever the attempts are made. Each table also has a
-default partition, which takes any row no day partition covers: an id made by hand, a day whose partition was not
-made in time, and the few rows retention moves on. Nothing is ever refused for want of a partition.
+`webhooks_delivery` by `id`, `webhooks_deliveryattempt` by `delivery_id`. Ids are ULIDs, so a span of days is a
+range of ids (`ids.boundary` of its first midnight to the one after its last day), and a delivery's id extends
+its event's (a check, `delivery_extends_event`): an event, its deliveries and their attempts always lie in the
+same partition, whenever the attempts are made. Each table also has a default partition, which takes any row no
+other partition covers: an id made by hand, days whose partition was not made in time, and the few rows
+retention moves on. Nothing is ever refused for want of a partition.
+
+Partitions follow each other without gaps: the next one starts where the newest ends, an earlier one (made for
+an import of old history) ends where the oldest starts; the first one a database gets starts on a day that is a
+multiple of the span from a Monday (so weeks run Monday to Sunday). Changing HISTORY_PARTITION_DAYS changes the
+partitions made from then on. Names say a partition's first day (`webhooks_event_p20261203`); its bounds are read
+from the catalog.
+
+How long a partition is, is a trade, measured (docs/benchmarks.md, "History"): PostgreSQL 15 plans and locks
+every partition a statement may touch, so each statement on these tables costs more with every partition the
+retention window holds (daily partitions, 35 of them, took a quarter more PostgreSQL CPU per intake request and an
+eighth more database time per dispatcher run than the tables had before); and a partition is dropped once all of it is past the cutoff, so an
+event may be kept up to a span longer than EVENT_RETENTION_DAYS. A week: 30 days of retention in 5 or 6
+partitions, an event kept up to 37 days.
 
 This module owns the partitions' DDL (their names, bounds and per-partition indexes) and the two things done
 with them, both from beat's retention task (webhooks/services/retention.py, which calls them first):
-- `ensure`: each day's partitions are made DAYS_AHEAD days ahead (under the tables' lock too, given up after
-  LOCK_TIMEOUT_MS: there are days to spare). A day whose range already has rows in the default partition (beat
-  was down that long) is left to the default partition, with a warning;
-- `drop_day`: a day past retention goes whole. Under a brief ACCESS EXCLUSIVE lock of the three tables (taken
-  with LOCK_TIMEOUT_MS: a busy moment makes it give up and try at the next run, rather than queue intake behind it),
-  the events that still have a pending delivery are copied out with all their deliveries and attempts, the
+- `ensure`: partitions are made DAYS_AHEAD days ahead (under the tables' lock, given up after LOCK_TIMEOUT_MS:
+  there are days to spare). A span whose range already has rows in the default partition (beat was down that
+  long) is left to the default partition, with a warning;
+- `drop`: a partition past retention goes whole. Under a brief ACCESS EXCLUSIVE lock of the three tables (taken
+  with LOCK_TIMEOUT_MS: a busy moment makes it give up and try at the next run, rather than queue intake behind
+  it), the events that still have a pending delivery are copied out with all their deliveries and attempts, the
   three partitions are dropped, and the copies go back in, into the default partitions (their ids unchanged:
   the outbox, leases and API links still find them), where retention's batched deletes take them once they
   are final. Dropping fires no delete trigger, so the delivery counts (DeliveryCount, migration 0016) are
@@ -36,14 +51,15 @@ from django.db import connection, transaction
 from django.db.utils import IntegrityError, OperationalError
 
 from webhooks import ids
+from webhooks.conf import herald_settings
 from webhooks.delivery import leases, outbox
 from webhooks.models import Delivery, DeliveryAttempt, Event
 
 logger = logging.getLogger("herald.retention")
 
-DAYS_AHEAD = 3  # beat makes each day's partitions this many days before it starts (pg_partman's default is 4)
+DAYS_AHEAD = 3  # partitions cover the days to come this far ahead of today (pg_partman's default is 4)
 LOCK_TIMEOUT_MS = 50  # how long a drop waits for its locks (intake queues behind it meanwhile) before it leaves
-# the day to the next run
+# the partition to the next run
 # Partition maintenance is one at a time, across hosts (two beats): a transaction-level advisory lock ('hprt').
 _LOCK = int.from_bytes(b"hprt", "big")
 
@@ -63,60 +79,116 @@ TABLES = (EVENTS, DELIVERIES, ATTEMPTS)
 # partition. {table: [(suffix, columns)]}
 UNIQUE_PER_PARTITION = {DELIVERIES.table: [("event_endpoint", "(event_id, endpoint_id)")]}
 
-_DAY_NAME = re.compile(r"_p(\d{8})$")
+_BOUND = re.compile(r"FROM \('([^']+)'\) TO \('([^']+)'\)")
+_ANCHOR = date(1970, 1, 5)  # a Monday: weekly partitions start on Mondays
 
 
-def day_name(table: str, day: date) -> str:
-    return f"{table}_p{day:%Y%m%d}"
+@dataclass(frozen=True)
+class Span:
+    """One partition's days: [first, end), `end` the day after its last."""
+
+    first: date
+    end: date
+
+    def start(self) -> datetime:
+        return datetime.combine(self.first, time(), tzinfo=timezone.utc)
+
+    def stop(self) -> datetime:
+        return datetime.combine(self.end, time(), tzinfo=timezone.utc)
+
+    def covers(self, day: date) -> bool:
+        return self.first <= day < self.end
+
+
+def name(table: str, span: Span) -> str:
+    return f"{table}_p{span.first:%Y%m%d}"
 
 
 def default_name(table: str) -> str:
     return f"{table}_default"
 
 
-def bounds(prefix: str, day: date) -> tuple[str, str]:
-    """The ids of `prefix` made on `day` (UTC): [from, to)."""
-    start = datetime.combine(day, time(), tzinfo=timezone.utc)
-    return ids.boundary(prefix, start), ids.boundary(prefix, start + timedelta(days=1))
+def bounds(prefix: str, span: Span) -> tuple[str, str]:
+    """The ids of `prefix` made in `span`: [from, to)."""
+    return ids.boundary(prefix, span.start()), ids.boundary(prefix, span.stop())
 
 
 def today() -> date:
     return datetime.now(timezone.utc).date()
 
 
-def create_sql(part: Partitioned, name: str, *, day: date | None) -> list[str]:
-    """The statements that make one partition of `part` (a day's, or with `day` None the default) and its
+def span_days() -> int:
+    return herald_settings.retention.HISTORY_PARTITION_DAYS
+
+
+def aligned(day: date, days: int) -> Span:
+    """The span of `days` days holding `day` when spans start every `days` days from a Monday (1970-01-05)."""
+    first = day - timedelta(days=(day - _ANCHOR).days % days)
+    return Span(first, first + timedelta(days=days))
+
+
+def create_sql(part: Partitioned, span: Span | None) -> list[str]:
+    """The statements that make one partition of `part` (a span's, or with `span` None the default) and its
     per-partition unique indexes."""
-    if day is None:
-        statements = [f"CREATE TABLE {name} PARTITION OF {part.table} DEFAULT"]
+    if span is None:
+        table = default_name(part.table)
+        statements = [f"CREATE TABLE {table} PARTITION OF {part.table} DEFAULT"]
     else:
-        low, high = bounds(part.prefix, day)
-        statements = [f"CREATE TABLE {name} PARTITION OF {part.table} FOR VALUES FROM ('{low}') TO ('{high}')"]
-    statements += [f"CREATE UNIQUE INDEX {name}_{suffix} ON {name} {columns}"
+        table = name(part.table, span)
+        low, high = bounds(part.prefix, span)
+        statements = [f"CREATE TABLE {table} PARTITION OF {part.table} FOR VALUES FROM ('{low}') TO ('{high}')"]
+    statements += [f"CREATE UNIQUE INDEX {table}_{suffix} ON {table} {columns}"
                    for suffix, columns in UNIQUE_PER_PARTITION.get(part.table, [])]
     return statements
 
 
-def days() -> list[date]:
-    """The days that have partitions (of the events' table, which is made first and dropped last), oldest first."""
-    with connection.cursor() as cursor:
-        cursor.execute("""SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+def spans(cursor=None) -> list[Span]:
+    """The partitions there are (of the events' table, which is made first and dropped last), oldest first, from
+    their bounds in the catalog."""
+    def read(cursor) -> list[Span]:
+        cursor.execute("""SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                            WHERE i.inhparent = %s::regclass""", [EVENTS.table])
-        names = [row[0] for row in cursor.fetchall()]
-    return sorted(datetime.strptime(match.group(1), "%Y%m%d").date()
-                  for match in map(_DAY_NAME.search, names) if match)
+        found = []
+        for (bound,) in cursor.fetchall():
+            match = _BOUND.search(bound)
+            if match:  # not the default partition
+                low, high = (ids.time_of(value) for value in match.groups())
+                found.append(Span(low.date(), high.date()))
+        return sorted(found, key=lambda span: span.first)
+
+    if cursor is not None:
+        return read(cursor)
+    with connection.cursor() as cursor:
+        return read(cursor)
 
 
-def _existing(cursor) -> set[str]:
-    cursor.execute("""SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                       WHERE i.inhparent = ANY(%s::regclass[])""", [[part.table for part in TABLES]])
-    return {row[0] for row in cursor.fetchall()}
+def covering(day: date) -> Span | None:
+    """The partition whose span holds `day`, if one does."""
+    return next((span for span in spans() if span.covers(day)), None)
+
+
+def plan(existing: list[Span], first: date, last: date, days: int) -> list[Span]:
+    """The spans to make so that partitions cover every day from `first` to `last`, without gaps: after the newest
+    (from its end), before the oldest (to its start), or, with none yet, aligned."""
+    if not existing:
+        existing = [aligned(first, days)]
+        made = list(existing)
+    else:
+        made = []
+    newest, oldest = existing[-1], existing[0]
+    while newest.end <= last:
+        newest = Span(newest.end, newest.end + timedelta(days=days))
+        made.append(newest)
+    while oldest.first > first:
+        oldest = Span(oldest.first - timedelta(days=days), oldest.first)
+        made.append(oldest)
+    return sorted(made, key=lambda span: span.first)
 
 
 def ensure(*, first: date | None = None, last: date | None = None) -> list[str]:
-    """Make the day partitions from `first` (yesterday) to `last` (DAYS_AHEAD days from today) that do not exist
-    yet; the names made. A day whose range has rows in a default partition already is skipped (logged): those
-    rows stay where they are."""
+    """Make the partitions that cover every day from `first` (yesterday) to `last` (DAYS_AHEAD days from today) and
+    do not exist yet; the names made. A span whose range has rows in a default partition already is skipped
+    (logged): those rows stay where they are."""
     first = first or today() - timedelta(days=1)
     last = last or today() + timedelta(days=DAYS_AHEAD)
     made: list[str] = []
@@ -124,26 +196,21 @@ def ensure(*, first: date | None = None, last: date | None = None) -> list[str]:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
         # a partition is made under its table's lock, as a drop is: a busy moment leaves the rest to the next run
         cursor.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
-        existing = _existing(cursor)
-        day = first
-        while day <= last:
-            names = [day_name(part.table, day) for part in TABLES]
-            if not all(name in existing for name in names):
-                try:
-                    with transaction.atomic():  # a savepoint: a day that cannot be made leaves the others
-                        for part, name in zip(TABLES, names):
-                            if name not in existing:
-                                for statement in create_sql(part, name, day=day):
-                                    cursor.execute(statement)
-                    made += [name for name in names if name not in existing]
-                except IntegrityError as exc:  # the default partition holds rows of that day
-                    logger.warning("partitions.day_left_to_default", extra={"day": day.isoformat(), "error": str(exc)})
-                except OperationalError as exc:
-                    if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
-                        raise
-                    logger.info("partitions.make_postponed", extra={"day": day.isoformat()})
-                    break
-            day += timedelta(days=1)
+        for span in plan(spans(cursor), first, last, span_days()):
+            try:
+                with transaction.atomic():  # a savepoint: a span that cannot be made leaves the others
+                    for part in TABLES:
+                        for statement in create_sql(part, span):
+                            cursor.execute(statement)
+                made += [name(part.table, span) for part in TABLES]
+            except IntegrityError as exc:  # the default partition holds rows of that span
+                logger.warning("partitions.span_left_to_default", extra={
+                    "first": span.first.isoformat(), "end": span.end.isoformat(), "error": str(exc)})
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
+                    raise
+                logger.info("partitions.make_postponed", extra={"first": span.first.isoformat()})
+                break
     if made:
         logger.info("partitions.made", extra={"partitions": len(made), "first": made[0], "last": made[-1]})
     return made
@@ -151,7 +218,7 @@ def ensure(*, first: date | None = None, last: date | None = None) -> list[str]:
 
 @dataclass
 class Dropped:
-    day: date
+    span: Span
     events: int = 0
     deliveries: int = 0
     attempts: int = 0
@@ -159,13 +226,13 @@ class Dropped:
     dropped: bool = False
 
 
-def drop_day(day: date) -> Dropped:
-    """Drop one day's partitions (see the module doc), moving on the events that still have a pending delivery,
+def drop(span: Span) -> Dropped:
+    """Drop one span's partitions (see the module doc), moving on the events that still have a pending delivery,
     whole; `dropped` False if its locks were not had within LOCK_TIMEOUT_MS (nothing changed: the next run
     tries again)."""
-    names = {part: day_name(part.table, day) for part in TABLES}
-    low, high = bounds(DELIVERIES.prefix, day)
-    result = Dropped(day)
+    names = {part: name(part.table, span) for part in TABLES}
+    low, high = bounds(DELIVERIES.prefix, span)
+    result = Dropped(span)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
@@ -173,7 +240,7 @@ def drop_day(day: date) -> Dropped:
             if not cursor.fetchone()[0]:
                 return result  # another beat's retention dropped it meanwhile
             # Counted before the tables' lock, for the log and the caller's totals: only a pending delivery's
-            # retry can add to an old day meanwhile, and those are moved on, not dropped.
+            # retry can add to an old partition meanwhile, and those are moved on, not dropped.
             cursor.execute(f"""SELECT (SELECT count(*) FROM {names[EVENTS]}), (SELECT count(*) FROM {names[DELIVERIES]}),
                                       (SELECT count(*) FROM {names[ATTEMPTS]})""")
             counted = cursor.fetchone()
@@ -199,18 +266,19 @@ def drop_day(day: date) -> Dropped:
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available: a busy moment
             raise
-        logger.info("partitions.drop_postponed", extra={"day": day.isoformat()})
+        logger.info("partitions.drop_postponed", extra={"first": span.first.isoformat()})
         return result
     result.dropped = True
     result.moved_events = moved[0]
     result.events, result.deliveries, result.attempts = (total - kept for total, kept in zip(counted, moved))
-    logger.info("partitions.dropped", extra={"day": day.isoformat(), "events": result.events,
+    logger.info("partitions.dropped", extra={"first": span.first.isoformat(), "end": span.end.isoformat(),
+                                             "events": result.events,
                                              "deliveries": result.deliveries, "attempts": result.attempts,
                                              "moved_events": result.moved_events})
     return result
 
 
-# Under the lock: the events of the day that still have a pending delivery, with all their deliveries and
+# Under the lock: the events of the partition that still have a pending delivery, with all their deliveries and
 # attempts, into temporary tables (dropped at commit).
 _MOVE_OUT_SQL = """
 CREATE TEMPORARY TABLE herald_moved_events ON COMMIT DROP AS
@@ -220,7 +288,7 @@ SELECT d.* FROM {deliveries} d WHERE d.event_id IN (SELECT id FROM herald_moved_
 CREATE TEMPORARY TABLE herald_moved_attempts ON COMMIT DROP AS
 SELECT a.* FROM {attempts} a WHERE a.delivery_id IN (SELECT id FROM herald_moved_deliveries);
 """
-# After the drop: back into the tables, where no day partition covers them any more (the default ones).
+# After the drop: back into the tables, where no partition but the default ones covers them any more.
 _MOVE_IN_SQL = f"""
 INSERT INTO {EVENTS.table} SELECT * FROM herald_moved_events;
 INSERT INTO {DELIVERIES.table} SELECT * FROM herald_moved_deliveries;
@@ -228,8 +296,7 @@ INSERT INTO {ATTEMPTS.table} SELECT * FROM herald_moved_attempts;
 """
 
 
-def droppable(cutoff: datetime) -> list[date]:
-    """The days with partitions that end at or before `cutoff`, oldest first (a day is dropped whole, once all of
-    it is past retention)."""
-    return [day for day in days() if datetime.combine(day + timedelta(days=1), time(), tzinfo=timezone.utc) <= cutoff]
-
+def droppable(cutoff: datetime) -> list[Span]:
+    """The partitions that end at or before `cutoff`, oldest first (a partition is dropped whole, once all of it is
+    past retention)."""
+    return [span for span in spans() if span.stop() <= cutoff]

@@ -1,23 +1,23 @@
 """Retention: events older than EVENT_RETENTION_DAYS whose deliveries are all final go, with their
 deliveries and attempts (SPEC §7). A pending delivery is never deleted, nor its event.
 
-The three tables are partitioned a day at a time (webhooks/services/partitions.py), so retention works in
-whole days: a day goes once all of it is past the cutoff (so an event is kept between EVENT_RETENTION_DAYS
-and one day more), its partitions dropped in one short transaction, with the few events that still have a
-pending delivery moved on, whole, into the default partitions. A drop costs the same whatever the day
-held: no row is deleted one by one, no index entry removed, nothing left for VACUUM. Svix's users met the
-other way's limits at scale ("When we delete data older than 14 days, query hangs", svix#1933); batched
-deletes managed about 112,000 rows/s here (bench `year`, before the partitions).
+The three tables are partitioned HISTORY_PARTITION_DAYS days at a time (webhooks/services/partitions.py),
+so retention works in whole partitions: one goes once all of it is past the cutoff (so an event is kept
+between EVENT_RETENTION_DAYS and a partition's span more), dropped in one short transaction, with the few
+events that still have a pending delivery moved on, whole, into the default partitions. A drop costs the
+same whatever the partition held: no row is deleted one by one, no index entry removed, nothing left for
+VACUUM. Svix's users met the other way's limits at scale ("When we delete data older than 14 days, query
+hangs", svix#1933); batched deletes managed about 112,000 rows/s here (bench `year`, before the partitions).
 
 Batches remain for what lies in the default partitions: the events moved on (taken once their deliveries
-are final), and any row no day partition covered (an id not made by Herald, a day beat did not make a
+are final), and any row no other partition covered (an id not made by Herald, days beat did not make a
 partition for in time). Each batch is one short transaction: it locks the oldest events past the cutoff
 after a cursor (ids are ULIDs, so id order is time order and the cutoff is an id), skipping any a manual
 retry holds, and deletes the attempts, deliveries and events of those whose deliveries are all final;
 events with a pending delivery are stepped over and looked at again on the next run. A manual retry locks
 its delivery's event first (FOR KEY SHARE), so it either goes before the batch (which then sees the
-pending delivery) or after it (and finds the delivery gone); a day's drop waits at most
-partitions.LOCK_TIMEOUT_MS for the retry's transaction and otherwise leaves the day to the next run.
+pending delivery) or after it (and finds the delivery gone); a partition's drop waits at most
+partitions.LOCK_TIMEOUT_MS for the retry's transaction and otherwise leaves it to the next run.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from webhooks.models import (Delivery, Endpoint, EndpointAccess, EndpointSecret,
 logger = logging.getLogger("herald.retention")
 
 _EVENT = Event._meta.db_table
-DAY_REST_SECONDS = 1.0
+DROP_REST_SECONDS = 1.0
 _DELIVERY = Delivery._meta.db_table
 
 # The batch: the oldest events of the default partition past the cutoff after the cursor, locked. An event a
@@ -111,8 +111,9 @@ class Pruned:
     deliveries: int = 0
     attempts: int = 0
     kept: int = 0  # events past the cutoff kept for a pending delivery (stepped over by a batch)
-    days: int = 0  # days dropped
-    moved: int = 0  # events of those days moved on, for a pending delivery, into the default partitions
+    partitions: int = 0  # partitions dropped
+    days: int = 0  # the days they held
+    moved: int = 0  # events of theirs moved on, for a pending delivery, into the default partitions
     batches: int = 0
     seconds: float = 0.0
 
@@ -135,11 +136,12 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
     pruned, after = Pruned(), "evt_"
     droppable = partitions.droppable(cutoff)
 
-    def one_day() -> bool:
-        dropped = partitions.drop_day(droppable.pop(0))
+    def one_partition() -> bool:
+        dropped = partitions.drop(droppable.pop(0))
         if not dropped.dropped:
             return False  # its locks were busy: the next run tries again
-        pruned.days += 1
+        pruned.partitions += 1
+        pruned.days += (dropped.span.end - dropped.span.first).days
         pruned.events += dropped.events
         pruned.deliveries += dropped.deliveries
         pruned.attempts += dropped.attempts
@@ -168,11 +170,11 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
 
     if droppable:
         # A drop holds the tables' lock for some milliseconds, and every process plans its next statements
-        # afresh: days that wait together (after an upgrade or an outage of beat) go at most one a second.
-        pacer.run(one_day, min_rest=DAY_REST_SECONDS)
-    days_run = pacer.batches
+        # afresh: partitions that wait together (after an upgrade or an outage of beat) go at most one a second.
+        pacer.run(one_partition, min_rest=DROP_REST_SECONDS)
+    drops = pacer.batches
     pacer.run(one_batch)
-    pruned.batches, pruned.seconds = pacer.batches - days_run, pacer.seconds
+    pruned.batches, pruned.seconds = pacer.batches - drops, pacer.seconds
     logger.info("retention.pruned", extra={**pruned.__dict__, "cutoff": cutoff.isoformat()})
     return pruned
 

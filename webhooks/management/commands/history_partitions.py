@@ -1,11 +1,11 @@
-"""`manage.py history_partitions`: the day partitions of events, deliveries and attempts (webhooks/services/partitions.py).
+"""`manage.py history_partitions`: the partitions of events, deliveries and attempts (webhooks/services/partitions.py).
 
-With no option, lists the days that have partitions. `--from DAY [--to DAY]` makes the missing ones in that
-range first: before importing history of earlier days (rows of a day with no partition go to the default
-partition, where retention deletes them in batches instead of dropping the day). Beat makes the coming days'
-partitions by itself (DAYS_AHEAD), each time retention runs.
+With no option, lists them (each one's days). `--from DAY [--to DAY]` first makes the missing ones that cover
+those days: before importing history of earlier days (rows of days no partition covers go to the default
+partition, where retention deletes them in batches instead of dropping them with their partition). Beat makes
+the coming days' partitions by itself (DAYS_AHEAD), each time retention runs.
 """
-from datetime import date
+from datetime import date, timedelta
 
 from django.core.management.base import BaseCommand
 
@@ -13,7 +13,7 @@ from webhooks.services import partitions
 
 
 class Command(BaseCommand):
-    help = "List the day partitions of events, deliveries and attempts; with --from, make the missing ones first."
+    help = "List the partitions of events, deliveries and attempts; with --from, make the missing ones first."
 
     def add_arguments(self, parser):
         parser.add_argument("--from", dest="first", type=date.fromisoformat, help="first day to make (YYYY-MM-DD)")
@@ -24,5 +24,5 @@ class Command(BaseCommand):
         if first is not None or last is not None:
             made = partitions.ensure(first=first, last=last)
             self.stdout.write(f"made {len(made)} partitions")
-        days = partitions.days()
-        self.stdout.write(f"{len(days)} days: {days[0]} to {days[-1]}" if days else "no day partitions")
+        for span in partitions.spans():
+            self.stdout.write(f"{span.first} to {span.end - timedelta(days=1)}")
