@@ -1774,7 +1774,8 @@ class Bench:
                            [tenant.pk])
             pending_left = cursor.fetchone()[0]
         self.results["year"] = {
-            "events": events, "deliveries": deliveries, "history_days": self.HISTORY_DAYS, "seed_seconds": seeded,
+            "events": events, "deliveries": deliveries, "history_days": self.HISTORY_DAYS,
+            "partition_days": settings.HISTORY_PARTITION_DAYS, "seed_seconds": seeded,
             "reads_db_ms": reads, "pause_ratio": settings.EVENT_RETENTION_PAUSE_RATIO,
             "alone_days": alone.days, "alone_rows": alone.rows, "alone_seconds": alone.seconds,
             "alone_db_seconds": alone_db, "alone_db_seconds_per_day": alone_db / max(1, alone.days),

@@ -342,9 +342,9 @@ def markdown(results: dict) -> str:
     if "year" in results:
         y = results["year"]
         lines += ["", f"History: {y['events']:,} events, {y['deliveries']:,} deliveries and as many attempts over "
-                      f"{y['history_days']} days, a day a partition (seeded in {y['seed_seconds']:.0f} s). Database "
+                      f"{y['history_days']} days, {_partitions(y)} (seeded in {y['seed_seconds']:.0f} s). Database "
                       "time: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in y["reads_db_ms"].items())
-                      + f". Retention (whole days; pause ratio {y['pause_ratio']:g}): alone {y['alone_days']} days "
+                      + f". Retention (whole partitions; pause ratio {y['pause_ratio']:g}): alone {y['alone_days']} days "
                       f"({y['alone_rows']:,} rows) in {y['alone_seconds']:.1f} s, {y['alone_db_seconds']:.2f} s of "
                       f"database time ({y['alone_db_seconds_per_day'] * 1000:.0f} ms a day); under intake load "
                       f"{y['pruned_days']} days ({y['pruned_rows']:,} rows) in {y['prune_seconds']:.1f} s, "
@@ -561,6 +561,11 @@ def _short_stamp(results: dict, part: str) -> str:
     if s.get("commit"):
         return f"commit {s['commit'][:7]}{'+' if s.get('dirty') else ''}, {s['started'][:10]}"
     return f"{s['started'][:10]}, before runs were stamped" if s else "not stamped"
+
+
+def _partitions(year: dict) -> str:
+    days = year.get("partition_days")
+    return f"partitions of {days} days" if days else "in partitions of the default HISTORY_PARTITION_DAYS"
 
 
 def _batch_line(results: dict) -> str | None:

@@ -297,8 +297,8 @@ class EventTypeFilter(admin.SimpleListFilter):
     """Filter deliveries by their event's type: the deliveries of the newest CappedCountPaginator.CAP events of
     that type (the list counts no further). The choices come from the events' index, not a join.
 
-    Not a join of deliveries with events: both are partitioned by day (webhooks/services/partitions.py), and a
-    join probes every day of events for each delivery (PostgreSQL prunes the partitions again for every row):
+    Not a join of deliveries with events: both are partitioned by time (webhooks/services/partitions.py), and a
+    join probes every partition of events for each delivery (PostgreSQL prunes the partitions again for every row):
     234 ms on 2M deliveries over 60 days, where the events are read first here, newest first, and their
     deliveries then found in the days those events lie in (the oldest one's id bounds the days read)."""
 
