@@ -536,7 +536,15 @@ class Bench:
 
         from webhooks.models import Delivery, DeliveryOutbox
 
-        Delivery.objects.filter(status=Delivery.PENDING).update(status=Delivery.CANCELLED)
+        from django.db import OperationalError
+
+        for attempt in range(20):
+            try:  # the worker may still be recording a batch of these: its locks and this UPDATE's can cross
+                Delivery.objects.filter(status=Delivery.PENDING).update(status=Delivery.CANCELLED)
+                break
+            except OperationalError as exc:
+                if "deadlock" not in str(exc) or attempt == 19:
+                    raise
         DeliveryOutbox.objects.all().delete()
         self.purge_queue()
         # Leave no autovacuum of the rows just written to run during the next measurement.
