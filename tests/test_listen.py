@@ -42,8 +42,14 @@ def _listen_logs_shown_secrets():
         path.write_text(re.sub(r"whsec_\S+", "(the secret, shown to the developer)", path.read_text(errors="replace")))
 
 
+# Starts a command with SIGINT ignored, as a shell's background job (`herald listen … &`) inherits it
+SIGINT_IGNORED = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                  "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 def listen(server, token, *args, via_module=False):
-    command = [sys.executable, "-m", "herald_client"] if via_module else [str(BIN / "herald")]
+    """`herald listen` (the console script, started as a background job; or `python -m herald_client`)."""
+    command = [sys.executable, "-m", "herald_client"] if via_module else [*SIGINT_IGNORED, str(BIN / "herald")]
     argv = [*command, "listen", "--api", server.url, "--token", token, *args]
     return Process("listen", argv, subprocess_env(), ready="Forwarding to")
 

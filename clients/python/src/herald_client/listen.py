@@ -90,6 +90,9 @@ class Listener:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, _interrupt)
+        # Ctrl-C stops it even when started from a shell's background job, which inherits SIGINT ignored
+        # (Python then leaves it ignored, and the long-poll would run out its wait before the clean-up)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             endpoint_id = self._open()
             while True:
