@@ -64,8 +64,12 @@ def limit_web_statements() -> None:
 # Keepalives PostgreSQL sends on a worker's or beat's session: a host that vanished (cut off, powered off: no
 # FIN, no reset, only silence) is noticed after about idle + interval × count seconds, and its session
 # ends with what it held: row locks, and the advisory lock of the beat that leads (config/beat.py), so the
-# other beat takes over. The operating system's default would wait two hours.
-DEAD_PEER_KEEPALIVES = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
+# other beat takes over. The operating system's default would wait two hours. Keepalives are only sent on an
+# idle connection: when the host vanished just after PostgreSQL answered it (beat's `SELECT 1` each second),
+# the answer waits unacknowledged and the kernel retransmits it for about 15 minutes instead (a CI run lost
+# its leading beat that way, 2026-12-06); tcp_user_timeout (Linux's TCP_USER_TIMEOUT) bounds that wait too.
+DEAD_PEER_KEEPALIVES = {"tcp_keepalives_idle": 5, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3,
+                        "tcp_user_timeout": (5 + 2 * 3) * 1000}
 
 
 def worker_session_options(*, idle_in_transaction: bool = True) -> str:

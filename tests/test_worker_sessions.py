@@ -48,7 +48,7 @@ def test_every_worker_and_beat_session_sends_keepalives(settings):
         shown = {name: session.execute(f"SHOW {name}").fetchone()[0] for name in
                  [*DEAD_PEER_KEEPALIVES, "idle_in_transaction_session_timeout"]}
     assert shown == {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "2", "tcp_keepalives_count": "3",
-                     "idle_in_transaction_session_timeout": "7s"}
+                     "tcp_user_timeout": "11000", "idle_in_transaction_session_timeout": "7s"}
     with _connect(worker_session_options(idle_in_transaction=False)) as lock_session:  # beat's leadership lock
         assert lock_session.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "0"
         assert lock_session.execute("SHOW tcp_keepalives_idle").fetchone()[0] == "5"
