@@ -187,6 +187,95 @@ def test_a_drop_gives_up_at_once_on_a_busy_moment_and_the_next_run_takes_the_par
     assert events_prune().partitions >= 1 and not Event.objects.filter(pk=event_id).exists()
 
 
+def _other_session() -> psycopg.Connection:
+    """A session of its own (committing what it does at once), as another process's would be."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+def test_what_changes_between_the_copies_and_the_lock_is_moved_on_as_it_is_at_the_lock(api):
+    """The drop copies the pending events out before it takes the tables' lock; whatever commits in between (an
+    attempt recorded, a failed delivery retried by hand, a deleted tenant's event erased) is read again under the
+    lock, so what goes back in is what was there when the partition went. The interleaving is real: another
+    session commits the changes just before the drop's LOCK TABLE runs."""
+    old_day = partitions.today() - timedelta(days=40)
+    partitions.ensure(first=old_day)
+    span = partitions.covering(old_day)
+    a, b = (create_endpoint(api, f"https://{n}.example.com/")["id"] for n in "ab")
+    when = datetime.combine(old_day, datetime.min.time(), tzinfo=timezone.utc) + timedelta(hours=3)
+    retried, erased, untouched = history(api.tenant, [a, b], when, [Delivery.PENDING] * 3)
+    (failed,) = history(api.tenant, [a, b], when, [Delivery.FAILED])
+    dlv = {event: [f"dlv_{event.removeprefix('evt_')}{rank:05}" for rank in (1, 2)]
+           for event in (retried, erased, untouched, failed)}
+    changed = []
+
+    def meanwhile(execute, sql, params, many, context):
+        if sql.startswith("LOCK TABLE") and not changed:
+            with _other_session() as other, other.transaction():
+                # a retry's attempt recorded: the attempt, and the delivery moved on with it
+                other.execute("INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, "
+                              "response_status, response_body, error, created_at) "
+                              "VALUES (%s, 2, now(), 4, 503, '', '', now())", [dlv[retried][0]])
+                other.execute("UPDATE webhooks_delivery SET attempt_count = 2, updated_at = now() WHERE id = %s",
+                              [dlv[retried][0]])
+            with _other_session() as other, other.transaction():
+                # a failed delivery retried by hand: its event is pending again
+                other.execute("UPDATE webhooks_delivery SET status = 'pending', next_attempt_at = now() + "
+                              "interval '1 day' WHERE id = %s", [dlv[failed][1]])
+                other.execute("INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, periodic, tenant_id) "
+                              "VALUES (%s, now() + interval '1 day', true, %s)", [dlv[failed][1], api.tenant.pk])
+            with _other_session() as other, other.transaction():
+                # an event erased with its tenant's: its attempts, deliveries, outbox rows and itself
+                other.execute("DELETE FROM webhooks_deliveryoutbox WHERE delivery_id = ANY(%s)", [dlv[erased]])
+                other.execute("DELETE FROM webhooks_deliveryattempt WHERE delivery_id = ANY(%s)", [dlv[erased]])
+                other.execute("DELETE FROM webhooks_delivery WHERE id = ANY(%s)", [dlv[erased]])
+                other.execute("DELETE FROM webhooks_event WHERE id = %s", [erased])
+            changed.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(meanwhile):
+        dropped = partitions.drop(span)
+
+    assert changed and dropped.dropped and partitions.covering(old_day) is None
+    assert dropped.moved_events == 3  # retried, untouched, and the failed one retried by hand; not the erased
+    assert set(Event.objects.filter(id__in=[retried, erased, untouched, failed]).values_list("id", flat=True)) == {
+        retried, untouched, failed}
+    assert all(_where("webhooks_event", "id", event) == "webhooks_event_default" for event in (retried, untouched, failed))
+    assert Delivery.objects.get(pk=dlv[retried][0]).attempt_count == 2
+    assert sorted(DeliveryAttempt.objects.filter(delivery_id=dlv[retried][0]).values_list("number", flat=True)) == [1, 2]
+    assert DeliveryAttempt.objects.filter(delivery__event_id=untouched).count() == 2
+    assert Delivery.objects.get(pk=dlv[failed][1]).status == Delivery.PENDING
+    assert Delivery.objects.get(pk=dlv[failed][0]).status == Delivery.FAILED  # its sibling, moved with it
+    assert DeliveryAttempt.objects.filter(delivery__event_id=failed).count() == 2
+    assert DeliveryOutbox.objects.filter(delivery_id=dlv[failed][1]).exists()
+    assert not Delivery.objects.filter(event_id=erased).exists()
+    assert _counted() == _actual()
+    assert partitions.drop_detached() == []  # the detached tables went after the lock
+
+
+def test_a_table_a_drop_detached_but_left_behind_goes_at_the_next_run(api):
+    """A process that died between a drop's commit and its dropping of the detached tables leaves them behind;
+    the next run drops them before it makes partitions (their names are a partition's: making that span again
+    would fail on them)."""
+    old_day = partitions.today() - timedelta(days=55)
+    partitions.ensure(first=old_day)
+    span = partitions.covering(old_day)
+    for part in partitions.TABLES:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {part.table} DETACH PARTITION {partitions.name(part.table, span)}")
+    assert partitions.covering(old_day) is None
+    # the span is made again for the day asked for: under the names the leftovers held, so they went first
+    assert partitions.ensure(first=old_day, last=old_day) == [partitions.name(part.table, span)
+                                                              for part in partitions.TABLES]
+    assert partitions.covering(old_day) == span
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT bool_and(relispartition), count(*) FROM pg_class WHERE relname = ANY(%s)",
+                       [[partitions.name(part.table, span) for part in partitions.TABLES]])
+        assert cursor.fetchone() == (True, 3)
+
+
 def test_a_lease_or_outbox_row_left_of_a_dropped_delivery_goes_with_it(api):
     old_day = partitions.today() - timedelta(days=50)
     partitions.ensure(first=old_day)

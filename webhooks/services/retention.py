@@ -17,7 +17,8 @@ retry holds, and deletes the attempts, deliveries and events of those whose deli
 events with a pending delivery are stepped over and looked at again on the next run. A manual retry locks
 its delivery's event first (FOR KEY SHARE), so it either goes before the batch (which then sees the
 pending delivery) or after it (and finds the delivery gone); a partition's drop waits at most
-partitions.LOCK_TIMEOUT_MS for the retry's transaction and otherwise leaves it to the next run.
+partitions.LOCK_TIMEOUT_MS for the retry's transaction and otherwise tries again after a rest (DROP_TRIES
+times in a run), then leaves it to the next run.
 """
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ logger = logging.getLogger("herald.retention")
 
 _EVENT = Event._meta.db_table
 DROP_REST_SECONDS = 1.0
+# A drop that did not get its locks within partitions.LOCK_TIMEOUT_MS (a transaction on the tables ran longer
+# than that just then) tries again after the rest, up to this many times in a run; then the next run goes on.
+DROP_TRIES = 10
 _DELIVERY = Delivery._meta.db_table
 
 # The batch: the oldest events of the default partition past the cutoff after the cursor, locked. An event a
@@ -136,10 +140,15 @@ def events_prune(*, now: datetime | None = None, days: int | None = None, batch:
     pruned, after = Pruned(), "evt_"
     droppable = partitions.droppable(cutoff)
 
+    postponed = 0
+
     def one_partition() -> bool:
-        dropped = partitions.drop(droppable.pop(0))
-        if not dropped.dropped:
-            return False  # its locks were busy: the next run tries again
+        nonlocal postponed
+        dropped = partitions.drop(droppable[0])
+        if not dropped.dropped:  # its locks were busy: again after the rest, or at the next run
+            postponed += 1
+            return postponed < DROP_TRIES
+        droppable.pop(0)
         pruned.partitions += 1
         pruned.days += (dropped.span.end - dropped.span.first).days
         pruned.events += dropped.events
