@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -23,8 +24,8 @@ from blackbox.client import Api, Reply
 from blackbox.failover import Formation
 from blackbox.hosts import HostsStack, Network, address, wait_serving
 from blackbox.receivers import AlwaysOk, Flapping, Gone, Hang, Receiver, Receivers, Slow, Switch
-from blackbox.stack import (HERALD_ENV, INTAKE_MAX_BODY_BYTES, RETRY_SCHEDULE, ROOT, TIMEOUT_SECONDS, VENV_BIN, Stack,
-                            socket_owners, wait_until)
+from blackbox.stack import (HERALD_ENV, INTAKE_MAX_BODY_BYTES, LOGS, RETRY_SCHEDULE, ROOT, TIMEOUT_SECONDS, VENV_BIN,
+                            Stack, socket_owners, wait_until)
 
 EVENTS = "/api/v1/events"
 JITTER = 0.1
@@ -1481,10 +1482,10 @@ def soak(ctx: Context) -> Result:
     return result
 
 
-def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: float, seconds: float
-                   ) -> tuple[dict[str, list[Reply]], list[float]]:
-    """POST `rate` events/s of type `prefix.created` for `seconds` (32 clients, each retrying with its key);
-    replies and 202 latencies."""
+def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: float, seconds: float,
+                   until: Callable[[], bool] | None = None) -> tuple[dict[str, list[Reply]], list[float]]:
+    """POST `rate` events/s of type `prefix.created` for `seconds` (32 clients, each retrying with its key), or
+    until `until()` says stop, if sooner; replies and 202 latencies."""
     keys = [f"{prefix}-{phase}-{ctx.run_id}-{n:05d}" for n in range(int(rate * seconds))]
     bodies = {key: event_body(prefix, key, n) for n, key in enumerate(keys)}
     replies: dict[str, list[Reply]] = {}
@@ -1501,6 +1502,8 @@ def _steady_intake(ctx: Context, tenant: Tenant, prefix: str, phase: str, rate: 
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            if until is not None and until():
+                break
             pool.submit(job, key)
     latencies = [r.elapsed for rs in replies.values() for r in rs if r.status == 202]
     return replies, latencies
@@ -1535,6 +1538,15 @@ def _ulid_time(when: datetime) -> str:
 YEAR_P99_ALLOWANCE_MS = 250.0
 
 
+def _json_line(line: str) -> dict:
+    """A JSON log line as a dict; anything else as {}."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def year(ctx: Context) -> Result:
     """A year of history: old events (seeded in SQL, each in its day's partitions), the prune (`manage.py
     prune_events`, what beat runs: whole days dropped, pending events moved on) during steady intake; nothing
@@ -1556,7 +1568,9 @@ def year(ctx: Context) -> Result:
     started = time.monotonic()
     # Three days of history: 400 and 60 days ago (each one day's partitions, made as an operator would before an
     # import: the days beat makes are the coming ones) and yesterday (recent: it stays). Ids as intake made them
-    # on their day; 1 in 50 events keeps a pending delivery (a retry in an hour): retention moves those on.
+    # on their day; 1 in 1,000 events keeps its deliveries pending (a retry in an hour; a delivery is final within
+    # about 28 hours of the default schedule, so this is an outage's worth, ten times bench `year`'s): retention
+    # moves those on, and the tables' lock a drop holds grows with them (docs/benchmarks.md, "History").
     today = datetime.now(timezone.utc).date()
     noons = [datetime.combine(today - timedelta(days=ago), datetime.min.time(), tzinfo=timezone.utc)
              + timedelta(hours=12) for ago in (400, 60, 1)]
@@ -1581,8 +1595,8 @@ def year(ctx: Context) -> Result:
             INSERT INTO webhooks_delivery (id, tenant_id, event_id, endpoint_id, status, attempt_count,
                                            next_attempt_at, created_at, updated_at)
             SELECT 'dlv_' || substr(e.id, 5) || lpad(ep.rank::text, 5, '0'), %(tenant)s, e.id, ep.id,
-                   CASE WHEN right(e.id, 16)::bigint %% 50 = 0 THEN 'pending' ELSE 'succeeded' END, 1,
-                   CASE WHEN right(e.id, 16)::bigint %% 50 = 0 THEN now() + interval '1 hour' END,
+                   CASE WHEN right(e.id, 16)::bigint %% 1000 = 0 THEN 'pending' ELSE 'succeeded' END, 1,
+                   CASE WHEN right(e.id, 16)::bigint %% 1000 = 0 THEN now() + interval '1 hour' END,
                    e.created_at, e.created_at
               FROM webhooks_event e
              CROSS JOIN (SELECT id, row_number() OVER (ORDER BY id) AS rank FROM webhooks_endpoint
@@ -1604,8 +1618,10 @@ def year(ctx: Context) -> Result:
     result.details["seeded"] = {**before, "seconds": round(time.monotonic() - started, 1)}
 
     quiet_replies, quiet = _steady_intake(ctx, tenant, "year", "quiet", rate, profile.year_seconds)
+    # its output (a log line for each partition) to a file: a pipe nobody reads while the load runs could fill
+    prune_log = open(LOGS / "prune_events.log", "w+")
     pruner = subprocess.Popen([str(VENV_BIN / "python"), "manage.py", "prune_events"], cwd=ROOT,
-                              env={**ctx.stack.env(), "PGAPPNAME": "herald-prune"}, stdout=subprocess.PIPE,
+                              env={**ctx.stack.env(), "PGAPPNAME": "herald-prune"}, stdout=prune_log,
                               stderr=subprocess.STDOUT, text=True)
     # the command's Python start (a core for a second or so) is not the prune: "during" begins at its first query
     with psycopg.connect(ctx.stack.pg.dsn, autocommit=True) as conn:
@@ -1613,9 +1629,16 @@ def year(ctx: Context) -> Result:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'herald-prune'").fetchone()[0] > 0,
                    60, 0.05, "prune_events connected to PostgreSQL")
     pruned_at = time.monotonic()
-    busy_replies, busy = _steady_intake(ctx, tenant, "year", "busy", rate, profile.year_seconds)
+    # the load goes on as long as the prune does (every partition it drops is "during"), and at least as long as
+    # the quiet phase
+    busy_replies, busy = _steady_intake(
+        ctx, tenant, "year", "busy", rate, 600,
+        until=lambda: pruner.poll() is not None and time.monotonic() - pruned_at >= profile.year_seconds)
     busy_ended = time.monotonic()
-    output, _ = pruner.communicate(timeout=1800)
+    pruner.wait(timeout=1800)
+    prune_log.seek(0)
+    output = prune_log.read()
+    prune_log.close()
     prune_seconds = time.monotonic() - pruned_at
     if pruner.returncode != 0:
         result.problem(f"prune_events failed: {output[-500:]}")
@@ -1631,8 +1654,14 @@ def year(ctx: Context) -> Result:
         "intake_p99_ms": {"without": round(p99_quiet, 1), "during": round(p99_busy, 1)},
         "prune_outlasted_the_load": overlap,
     })
+    drops = [record for record in (_json_line(line) for line in output.splitlines())
+             if record.get("message") == "partitions.dropped" and record.get("events")]
+    result.details["drops"] = [{key: record.get(key) for key in ("first", "events", "moved_events", "locked_ms")}
+                               for record in drops]
     result.notes.append(f"deleted ~{deleted:,} rows in {prune_seconds:.1f} s (~{deleted / prune_seconds:,.0f}/s); "
-                        f"intake p99 {p99_quiet:.0f} ms without, {p99_busy:.0f} ms during")
+                        f"intake p99 {p99_quiet:.0f} ms without, {p99_busy:.0f} ms during; "
+                        f"{len(drops)} partitions of history dropped, each holding the tables' lock "
+                        f"{', '.join(str(record.get('locked_ms')) for record in drops)} ms")
     if after["recent"] != before["recent"]:
         result.problem(f"recent events deleted: {before['recent']} before, {after['recent']} after")
     if after["pending"] != before["pending"] or after["with_pending"] != before["with_pending"]:
