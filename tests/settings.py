@@ -5,7 +5,7 @@ Values go through the environment, so worker and server subprocesses started by 
 import os
 import secrets
 
-# Under pytest-xdist (scripts/test runs the suite in two processes) each worker gets its own queue and Redis
+# Under pytest-xdist (scripts/test runs the suite in three processes) each worker gets its own queue and Redis
 # database, so that one test's FLUSHDB or purge never reaches another's; the processes a test starts inherit
 # them. The controller and a plain run keep database 15.
 _xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
