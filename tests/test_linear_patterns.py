@@ -147,9 +147,9 @@ def test_any_pattern_is_refused_clearly_or_matched_quickly(pattern, text):
     except event_schemas.SchemaInvalid as exc:
         assert exc.errors and all(key.startswith("/schema") for key in exc.errors), exc.errors
         return
-    started = time.perf_counter()
+    started = time.thread_time()   # CPU time of this thread: a busy machine's stalls do not count, backtracking does
     errors = event_schemas.instance_errors(validator, {"s": text, text: text}, pointer="/data")
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5
     assert all(key.startswith("/data") for key in errors)
     json.dumps(errors)
 
