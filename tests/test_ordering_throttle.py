@@ -2,13 +2,15 @@
 scenarios that take a `sink` run once per destination kind (tests/sinks.py)."""
 import time
 
+import psycopg
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 
 from tests.conftest import all_succeeded, create_endpoint, wait_until
 from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
-from webhooks.models import Delivery, DeliveryAttempt
+from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -119,6 +121,41 @@ def test_a_throttled_endpoint_starts_no_more_than_its_rate_and_holds_back_no_oth
     starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=throttled)]
     assert _max_per_second(starts) <= 10  # as Herald started them
     assert _max_per_second([a.at for a in sink.wait_for(25, "/slowly")]) <= 11  # as they arrived
+
+
+def test_a_throttled_endpoint_goes_on_when_a_record_hands_one_on_while_a_wake_up_is_pending(api, receiver, engine):
+    """A record may hand a parked delivery on (the throttle allows a start by the time the record runs: a slow
+    turn of the engine) while the engine's wake-up for the throttle's earlier time is still pending; that
+    delivery's claim moves the throttle on. The later time must get a wake-up of its own: the earlier one
+    finds no room, and nothing else would hand the last delivery on (beat is not running). The order is
+    made certain here: this session holds the endpoint's row lock, which the record needs, and moves the
+    throttle's time back, as it is when a record comes after it."""
+    endpoint = create_endpoint(api, receiver.url("/paced"), event_types=["paced.*"], throttle_rate=1)
+    # the first attempt ends half-way to the throttle's next start: this session has locked the endpoint by
+    # then, and the record waits for the lock well before the wake-up is due
+    receiver.script("/paced", Answer(delay=0.5))
+    first, second, third = _post(api, "paced.happened", 3)
+    for delivery_id in (first, second, third):
+        engine.submit(delivery_id)
+    wait_until(lambda: DeliveryLease.objects.filter(delivery_id=first).exists()
+               and Delivery.objects.filter(pk__in=[second, third], parked_at__isnull=False).count() == 2)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params) as other, psycopg.connect(**params, autocommit=True) as look:
+        other.execute("UPDATE webhooks_endpoint SET throttle_tat = now() WHERE id = %s", [endpoint["id"]])
+
+        def record_waits():
+            return look.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                " AND query LIKE '%herald_delivery_record%'").fetchone()[0] == 1
+
+        wait_until(record_waits, message="the first attempt's record waiting for the endpoint's lock")
+        other.commit()
+    # the record hands the second on, whose claim moves the throttle on by a second; the third goes then
+    wait_until(lambda: all_succeeded([first, second, third]), timeout=15, message="the three deliveries")
+    starts = dict(DeliveryAttempt.objects.filter(delivery_id__in=[second, third]).values_list("delivery_id",
+                                                                                             "started_at"))
+    assert (starts[third] - starts[second]).total_seconds() >= 0.99, starts
 
 
 @pytest.mark.slow

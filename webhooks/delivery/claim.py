@@ -116,8 +116,8 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
             claims[delivery_id] = Claim(delivery_id, number, lease_end, event_id, event_type, endpoint_id, tenant_id,
                                         bytes(payload), req_id, url, plain, probe=tripped, endpoint_healthy=healthy,
                                         access=found.get(endpoint_id))
-        if wake is not None:
-            wake_at[endpoint_id] = min(wake, wake_at.get(endpoint_id, wake))
+        if wake is not None:  # the throttle only moves on: the batch's latest time is the endpoint's
+            wake_at[endpoint_id] = max(wake, wake_at.get(endpoint_id, wake))
     return Claims(claims, wake_at)
 
 

@@ -74,6 +74,43 @@ DEFERRED_PER_TENANT = 4 * PREPARE_PER_TENANT
 HAND_BACK_SECONDS = 2.0
 
 
+class WakeUps:
+    """When throttled endpoints may start their next attempt, as the claims reported it (engine thread only).
+
+    Every distinct time a claim reports for an endpoint gets a wake-up of its own. Keeping only the earliest
+    one would lose the endpoint: a record can hand a parked delivery on (the throttle allowed it by then)
+    while an earlier wake-up is still pending; that delivery's claim moves the throttle on and reports the
+    later time, the earlier wake-up then finds no room, and nobody is left to hand the rest on (only beat's
+    safety net, much later). A wake-up that finds no room costs one query; the same time reported twice
+    (each parked claim reports the endpoint's current one) is kept once.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, str, datetime]] = []  # (time.monotonic(), endpoint id, reported time)
+        self._pending: set[tuple[str, datetime]] = set()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def add(self, endpoint_id: str, when: datetime, at: float) -> None:
+        """A claim said `endpoint_id` may start an attempt at `when` (database time): `at` on this clock."""
+        if (endpoint_id, when) not in self._pending:
+            self._pending.add((endpoint_id, when))
+            heapq.heappush(self._heap, (at, endpoint_id, when))
+
+    def next_at(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def due(self, now: float) -> list[str]:
+        """The endpoints with a wake-up due by `now` (each once), and those wake-ups forgotten."""
+        endpoints: dict[str, None] = {}
+        while self._heap and self._heap[0][0] <= now:
+            _, endpoint_id, when = heapq.heappop(self._heap)
+            self._pending.discard((endpoint_id, when))
+            endpoints[endpoint_id] = None
+        return list(endpoints)
+
+
 class Engine:
     """Claims, sends and records the attempts of every thread of this process (see the module doc)."""
 
@@ -103,8 +140,7 @@ class Engine:
                                        timeout=lambda: herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS,
                                        allow_private=lambda: herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         self._sent: deque[tuple[Outcome, tracing.DeliveryTrace | None]] = deque()  # broker attempts back
-        self._wakes: list[tuple[float, str]] = []  # heap of (time.monotonic(), endpoint id)
-        self._wake_for: dict[str, float] = {}  # the one wake-up each endpoint has coming
+        self._wakes = WakeUps()
         self._held = 0  # deliveries submitted and not finished yet
         self._changed = threading.Condition()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -231,8 +267,8 @@ class Engine:
         timeout = 1.0
         if self._timeout_at is not None:
             timeout = min(timeout, max(0.0, self._timeout_at - time.monotonic()))
-        if self._wakes:
-            timeout = max(0.0, min(timeout, self._wakes[0][0] - time.monotonic()))
+        if (wake_at := self._wakes.next_at()) is not None:
+            timeout = max(0.0, min(timeout, wake_at - time.monotonic()))
         with self._changed:
             if self._submitted or self._prepared or self._sent:  # handed on by this thread, prepared, sent: at once
                 timeout = 0.0
@@ -249,12 +285,7 @@ class Engine:
             self._ready[key.fd] = self._ready.get(key.fd, 0) | bits
 
     def _wake_due_endpoints(self) -> None:
-        now = time.monotonic()
-        while self._wakes and self._wakes[0][0] <= now:
-            when, endpoint_id = heapq.heappop(self._wakes)
-            if self._wake_for.get(endpoint_id) != when:
-                continue  # superseded by an earlier one
-            del self._wake_for[endpoint_id]
+        for endpoint_id in self._wakes.due(time.monotonic()):
             try:
                 self._take(parked.endpoint_wake(endpoint_id=endpoint_id))
             except Exception:  # noqa: BLE001 - beat's parked check hands them on instead
@@ -280,10 +311,7 @@ class Engine:
         if result.wake_at:
             now, monotonic = timezone.now(), time.monotonic()
             for endpoint_id, when in result.wake_at.items():
-                at = monotonic + (when - now).total_seconds()
-                if at < self._wake_for.get(endpoint_id, float("inf")):
-                    self._wake_for[endpoint_id] = at
-                    heapq.heappush(self._wakes, (at, endpoint_id))
+                self._wakes.add(endpoint_id, when, monotonic + (when - now).total_seconds())
         unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
         handed_back: list[Claim] = []
         to_brokers: dict[str, list[tuple[Claim, tracing.DeliveryTrace | None]]] = {}
