@@ -89,9 +89,6 @@ class WakeUps:
         self._heap: list[tuple[float, str, datetime]] = []  # (time.monotonic(), endpoint id, reported time)
         self._pending: set[tuple[str, datetime]] = set()
 
-    def __len__(self) -> int:
-        return len(self._heap)
-
     def add(self, endpoint_id: str, when: datetime, at: float) -> None:
         """A claim said `endpoint_id` may start an attempt at `when` (database time): `at` on this clock."""
         if (endpoint_id, when) not in self._pending:
