@@ -363,6 +363,21 @@ def attempts_max_overlap(attempts) -> int:
     return peak
 
 
+def past_todays_partition():
+    """A moment at which all of today's history partition is past retention, whatever day of its span today is:
+    for a test that prunes what it made today. Partitions span HISTORY_PARTITION_DAYS days from a Monday
+    (webhooks/services/partitions.py), so "retention plus a day" reaches today's partition only on its last
+    day (the retention tests passed on Sundays alone with weekly partitions)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webhooks.conf import herald_settings
+
+    retention = herald_settings.retention
+    return timezone.now() + timedelta(days=retention.EVENT_RETENTION_DAYS + retention.HISTORY_PARTITION_DAYS + 1)
+
+
 def all_succeeded(delivery_ids) -> bool:
     from webhooks.models import Delivery
 

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tests.conftest import create_endpoint
+from tests.conftest import create_endpoint, past_todays_partition
 from webhooks import ids
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryOutbox, Endpoint, Event
 from webhooks.delivery.retries import delivery_retry
@@ -76,7 +76,7 @@ def test_an_event_with_one_pending_delivery_is_kept_whole(api):
     first, second = Delivery.objects.filter(event_id=event_id).order_by("id")
     _finish([event_id])
     Delivery.objects.filter(pk=second.pk).update(status=Delivery.PENDING)
-    pruned = events_prune(now=timezone.now() + timedelta(days=31))
+    pruned = events_prune(now=past_todays_partition())
     assert (pruned.moved, pruned.kept) == (1, 1)  # its day dropped, it moved on, and stays for its pending delivery
     assert Delivery.objects.filter(event_id=event_id).count() == 2
     assert DeliveryAttempt.objects.filter(delivery__event_id=event_id).count() == 2
@@ -104,7 +104,7 @@ def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_deliver
     thread = threading.Thread(target=retry_slowly)
     thread.start()
     assert retried.wait(5)
-    pruned = events_prune(now=timezone.now() + timedelta(days=31))  # its day is past retention: a drop, given up
+    pruned = events_prune(now=past_todays_partition())  # its day is past retention: a drop, given up
     assert not done.is_set(), "the prune waited for the retry"
     release.set()
     thread.join()
@@ -114,7 +114,7 @@ def test_a_manual_retry_in_progress_during_the_prune_keeps_its_event_and_deliver
     # once it is final again, the next run takes it
     Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.SUCCEEDED)
     DeliveryOutbox.objects.filter(delivery_id=delivery.pk).delete()
-    assert events_prune(now=timezone.now() + timedelta(days=31)).events == 1
+    assert events_prune(now=past_todays_partition()).events == 1
 
 
 def test_a_retry_after_the_prune_finds_the_delivery_gone(api):
@@ -122,7 +122,7 @@ def test_a_retry_after_the_prune_finds_the_delivery_gone(api):
     (event_id,) = _events(api, 1)
     _finish([event_id])
     delivery = Delivery.objects.get(event_id=event_id)
-    assert events_prune(now=timezone.now() + timedelta(days=31)).events == 1
+    assert events_prune(now=past_todays_partition()).events == 1
     response = api.post(f"deliveries/{delivery.pk}/retry")
     assert response.status_code == 404
     # the admin's retry of a delivery it had listed just before counts it as skipped
