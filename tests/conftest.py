@@ -363,6 +363,18 @@ def attempts_max_overlap(attempts) -> int:
     return peak
 
 
+def other_session(*, autocommit: bool = True):
+    """A psycopg session of its own on the test database, as another process's would be (committing each
+    statement at once unless `autocommit` is False)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=autocommit)
+
+
 def past_todays_partition():
     """A moment at which all of today's history partition is past retention, whatever day of its span today is:
     for a test that prunes what it made today. Partitions span HISTORY_PARTITION_DAYS days from a Monday

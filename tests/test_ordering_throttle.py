@@ -2,12 +2,10 @@
 scenarios that take a `sink` run once per destination kind (tests/sinks.py)."""
 import time
 
-import psycopg
 import pytest
-from django.db import connection
 from django.db.models.functions import Now
 
-from tests.conftest import all_succeeded, create_endpoint, wait_until
+from tests.conftest import all_succeeded, create_endpoint, other_session, wait_until
 from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease
@@ -139,10 +137,7 @@ def test_a_throttled_endpoint_goes_on_when_a_record_hands_one_on_while_a_wake_up
         engine.submit(delivery_id)
     wait_until(lambda: DeliveryLease.objects.filter(delivery_id=first).exists()
                and Delivery.objects.filter(pk__in=[second, third], parked_at__isnull=False).count() == 2)
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params) as other, psycopg.connect(**params, autocommit=True) as look:
+    with other_session(autocommit=False) as other, other_session() as look:
         other.execute("UPDATE webhooks_endpoint SET throttle_tat = now() WHERE id = %s", [endpoint["id"]])
 
         def record_waits():

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
-from tests.conftest import create_endpoint, subprocess_env
+from tests.conftest import create_endpoint, other_session, subprocess_env
 from webhooks import ids
 from webhooks.delivery.engine import delivery_attempt
 from webhooks.models import (Delivery, DeliveryAttempt, DeliveryCount, DeliveryLease, DeliveryOutbox, Event,
@@ -187,14 +187,6 @@ def test_a_drop_gives_up_at_once_on_a_busy_moment_and_the_next_run_takes_the_par
     assert events_prune().partitions >= 1 and not Event.objects.filter(pk=event_id).exists()
 
 
-def _other_session() -> psycopg.Connection:
-    """A session of its own (committing what it does at once), as another process's would be."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params, autocommit=True)
-
-
 def test_what_changes_between_the_copies_and_the_lock_is_moved_on_as_it_is_at_the_lock(api):
     """The drop copies the pending events out before it takes the tables' lock; whatever commits in between (an
     attempt recorded, a failed delivery retried by hand, a deleted tenant's event erased) is read again under the
@@ -213,20 +205,20 @@ def test_what_changes_between_the_copies_and_the_lock_is_moved_on_as_it_is_at_th
 
     def meanwhile(execute, sql, params, many, context):
         if sql.startswith("LOCK TABLE") and not changed:
-            with _other_session() as other, other.transaction():
+            with other_session() as other, other.transaction():
                 # a retry's attempt recorded: the attempt, and the delivery moved on with it
                 other.execute("INSERT INTO webhooks_deliveryattempt (delivery_id, number, started_at, duration_ms, "
                               "response_status, response_body, error, created_at) "
                               "VALUES (%s, 2, now(), 4, 503, '', '', now())", [dlv[retried][0]])
                 other.execute("UPDATE webhooks_delivery SET attempt_count = 2, updated_at = now() WHERE id = %s",
                               [dlv[retried][0]])
-            with _other_session() as other, other.transaction():
+            with other_session() as other, other.transaction():
                 # a failed delivery retried by hand: its event is pending again
                 other.execute("UPDATE webhooks_delivery SET status = 'pending', next_attempt_at = now() + "
                               "interval '1 day' WHERE id = %s", [dlv[failed][1]])
                 other.execute("INSERT INTO webhooks_deliveryoutbox (delivery_id, due_at, periodic, tenant_id) "
                               "VALUES (%s, now() + interval '1 day', true, %s)", [dlv[failed][1], api.tenant.pk])
-            with _other_session() as other, other.transaction():
+            with other_session() as other, other.transaction():
                 # an event erased with its tenant's: its attempts, deliveries, outbox rows and itself
                 other.execute("DELETE FROM webhooks_deliveryoutbox WHERE delivery_id = ANY(%s)", [dlv[erased]])
                 other.execute("DELETE FROM webhooks_deliveryattempt WHERE delivery_id = ANY(%s)", [dlv[erased]])
