@@ -75,3 +75,19 @@ def post_fork(server, worker) -> None:
     from webhooks import tracing
 
     tracing.setup("web")
+
+
+def when_ready(server) -> None:
+    """The master started (with --preload, the application loaded in it): what lives as long as it does is
+    frozen (config/startup.py), before it forks the workers."""
+    from config.startup import freeze_startup_objects
+
+    freeze_startup_objects()
+
+
+def post_worker_init(worker) -> None:
+    """The application loaded in a worker (or inherited from a preloading master): what lives as long as the
+    worker is frozen (config/startup.py)."""
+    from config.startup import freeze_startup_objects
+
+    freeze_startup_objects()

@@ -139,6 +139,17 @@ def _allow_descriptors(in_flight: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
 
 
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+@signals.beat_init.connect
+def _freeze_startup_objects(**kwargs) -> None:
+    """Once started (a worker ready, a prefork child, beat), what lives as long as the process is frozen
+    (config/startup.py)."""
+    from config.startup import freeze_startup_objects
+
+    freeze_startup_objects()
+
+
 @signals.worker_shutdown.connect
 def _finish_attempts_in_flight(**kwargs) -> None:
     """A worker shutting down lets its engine finish and record the attempts it has in flight."""

@@ -88,3 +88,14 @@ def limit_worker_sessions() -> None:
     options = settings.DATABASES["default"].setdefault("OPTIONS", {})
     options["options"] = " ".join([options.get("options", ""), worker_session_options()]).strip()
 
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive now (modules, settings, the app: what lives as long as the process) out of the
+    garbage collector's sight (`gc.freeze()`), once a process has started. Full collections then scan only what
+    came after, and so does the collection at exit, which otherwise walked the whole startup heap for ~0.5 s of
+    CPU in every gunicorn worker, Celery worker and beat that stopped (0.07 s after). In a gunicorn worker
+    forked from a preloaded app it also stops collections from writing into pages shared with the master."""
+    import gc
+
+    gc.freeze()
