@@ -97,6 +97,8 @@ class Process:
     """A subprocess leading its own process group, its output in `log_path`, always stopped at the end:
     by `stop()`, or at the latest when the Python process exits (every live one is SIGKILLed then)."""
 
+    stop_signal = signal.SIGTERM  # what `stop()` sends first: the program's graceful shutdown
+
     def __init__(self, name: str, argv: list[str], env: dict, log_path: Path, ready: str | None = None,
                  timeout: float = 30, append: bool = False, cwd: Path = ROOT):
         self.name = name
@@ -172,11 +174,11 @@ class Process:
             pass
 
     def stop(self, grace: float = 10) -> None:
-        """SIGTERM the group and wait up to `grace` seconds; then SIGKILL what is left of it (children of a
-        leader that exited: a prefork pool, gunicorn workers)."""
+        """Send the group `stop_signal` (SIGTERM) and wait up to `grace` seconds; then SIGKILL what is left of
+        it (children of a leader that exited: a prefork pool, gunicorn workers)."""
         if self.popen.poll() is None:
             try:
-                os.killpg(self.pgid, signal.SIGTERM)
+                os.killpg(self.pgid, self.stop_signal)
                 self.popen.wait(grace)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
