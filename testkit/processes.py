@@ -173,12 +173,12 @@ class Process:
         except subprocess.TimeoutExpired:
             pass
 
-    def stop(self, grace: float = 10) -> None:
-        """Send the group `stop_signal` (SIGTERM) and wait up to `grace` seconds; then SIGKILL what is left of
-        it (children of a leader that exited: a prefork pool, gunicorn workers)."""
+    def stop(self, grace: float = 10, sig: signal.Signals | None = None) -> None:
+        """Send the group `sig` (else `stop_signal`, SIGTERM) and wait up to `grace` seconds; then SIGKILL what
+        is left of it (children of a leader that exited: a prefork pool, gunicorn workers)."""
         if self.popen.poll() is None:
             try:
-                os.killpg(self.pgid, self.stop_signal)
+                os.killpg(self.pgid, sig or self.stop_signal)
                 self.popen.wait(grace)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass

@@ -78,7 +78,8 @@ def gunicorn(port: int, workers: int | None = 2, threads: int | None = 1, args: 
     process.url = f"http://127.0.0.1:{port}"
     # gunicorn's quick shutdown (SIGQUIT): its graceful one (SIGTERM) lets idle keep-alive connections linger,
     # ~2 s a stop where a test's client kept one, and a run stops about a hundred. The tests that stop the API
-    # ask what a client sees when it goes away, which a quick stop asks as well; none waits on its drain.
+    # ask what a client sees when it goes away, which a quick stop asks as well; a test of the drain itself
+    # says `stop(sig=signal.SIGTERM)`.
     process.stop_signal = signal.SIGQUIT
     return process
 

@@ -1,6 +1,7 @@
 """Long-polls of poll endpoints through real gunicorn (gunicorn.conf.py's worker), PostgreSQL's
 LISTEN/NOTIFY and real clients: a wait holds no thread, wakes promptly when a message arrives, ends with
 an empty page at its deadline, and survives the loss of the worker's listener connection."""
+import signal
 import threading
 import time
 import uuid
@@ -209,7 +210,7 @@ def test_a_stopping_worker_answers_its_waiting_long_polls_at_once(api):
         # when gunicorn is told to stop, the wait is answered (an empty page), not cut off nor waited out
         # (waited out, it would be cut off by the stop's SIGKILL: no 200)
         stopped_at = time.monotonic()
-        process.stop()
+        process.stop(sig=signal.SIGTERM)  # gunicorn's graceful shutdown (tests stop it quickly otherwise)
         thread.join(60)
         assert out["response"].status_code == 200 and out["response"].json()["data"] == []
         assert out["at"] - stopped_at < 10  # within the stop's grace
