@@ -89,7 +89,6 @@ def limit_worker_sessions() -> None:
     options["options"] = " ".join([options.get("options", ""), worker_session_options()]).strip()
 
 
-
 def freeze_startup_objects() -> None:
     """Move every object alive now (modules, settings, the app: what lives as long as the process) out of the
     garbage collector's sight (`gc.freeze()`), once a process has started. Full collections then scan only what
