@@ -48,9 +48,7 @@ def platform_db(request, tmp_path_factory):
             conn.execute(f'CREATE DATABASE "{name}"')
         url = f"postgres://127.0.0.1:5432/{name}"
     elif kind == "mariadb":
-        import pymysql
-
-        with pymysql.connect(host="127.0.0.1", port=3306, user="root", password="") as conn:
+        with _mariadb() as conn:
             conn.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
         url = f"mysql://root@127.0.0.1:3306/{name}"
     else:
@@ -61,10 +59,15 @@ def platform_db(request, tmp_path_factory):
         with psycopg.connect("host=127.0.0.1 dbname=postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     elif kind == "mariadb":
-        import pymysql
-
-        with pymysql.connect(host="127.0.0.1", port=3306, user="root", password="") as conn:
+        with _mariadb() as conn:
             conn.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def _mariadb(database: str | None = None):
+    """A PyMySQL connection to the local MariaDB (127.0.0.1:3306, root without a password)."""
+    import pymysql
+
+    return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", database=database)
 
 
 def _env(url: str, api_url: str = "", token: str = "") -> dict:
@@ -116,10 +119,7 @@ def _outbox(url: str) -> dict[str, int]:
         with psycopg.connect(url) as conn:
             return dict(conn.execute(query).fetchall())
     if url.startswith("mysql"):
-        import pymysql
-
-        with pymysql.connect(host="127.0.0.1", port=3306, user="root", password="",
-                             database=url.rsplit("/", 1)[1]) as conn, conn.cursor() as cursor:
+        with _mariadb(url.rsplit("/", 1)[1]) as conn, conn.cursor() as cursor:
             cursor.execute(query)
             return dict(cursor.fetchall())
     with closing(sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)) as conn:
