@@ -170,7 +170,14 @@ def test_fifo_order_and_throttle_hold_across_two_workers(api, receiver, processe
     # the throttle is on starts, across both workers: as Herald started them, never more than 10 in a second
     starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=paced)]
     assert _max_per_second(starts) <= 10
-    # as they arrived: two workers' sends on a busy 2-core machine reach the receiver with some jitter
-    arrivals = [r.at for r in receiver.requests_to("/paced")]
-    assert _max_per_second(arrivals) <= 12
-    assert max(arrivals) - min(arrivals) >= 3.8  # 40 at 10/s
+    # and the starts Herald recorded are when it sent: each request reached the receiver after its attempt's
+    # start and soon after (on this machine's one clock); how many arrive in a second is the network's jitter,
+    # not the throttle's rule (SPEC: attempts *start* at most that many per second)
+    wall_minus_monotonic = time.time() - time.monotonic()
+    arrived = {r.headers["webhook-id"]: r.at + wall_minus_monotonic for r in receiver.requests_to("/paced")}
+    started = dict(DeliveryAttempt.objects.filter(delivery_id__in=paced).values_list("delivery__event_id",
+                                                                                      "started_at"))
+    assert arrived.keys() == started.keys() and len(arrived) == 40
+    lags = [arrived[event_id] - started[event_id].timestamp() for event_id in started]
+    assert -0.05 <= min(lags) and max(lags) < 2.0, f"start to arrival: {min(lags):.3f}..{max(lags):.3f} s"
+    assert max(arrived.values()) - min(arrived.values()) >= 3.8  # 40 at 10/s
