@@ -47,6 +47,21 @@ def _max_per_second(times):
     return max((sum(1 for t in times if start <= t < start + 1.0) for start in times), default=0)
 
 
+def _sent_as_started(arrivals, ids) -> list[float]:
+    """The starts Herald recorded are when it sent: each delivery's one message arrived after its attempt's
+    start and soon after (one clock: this machine's). How many arrive in a second is the loopback's jitter on a
+    busy machine, not the throttle's rule (SPEC: attempts *start* no more than that many per second), which the
+    tests check on the recorded starts. Returns the arrival times."""
+    wall_minus_monotonic = time.time() - time.monotonic()
+    arrived = {a.headers["webhook-id"]: a.at + wall_minus_monotonic for a in arrivals}
+    started = dict(DeliveryAttempt.objects.filter(delivery_id__in=ids).values_list("delivery__event_id",
+                                                                                    "started_at"))
+    assert arrived.keys() == started.keys() and len(arrived) == len(ids) == len(arrivals)
+    lags = [arrived[event_id] - started[event_id].timestamp() for event_id in started]
+    assert -0.05 <= min(lags) and max(lags) < 2.0, f"start to arrival: {min(lags):.3f}..{max(lags):.3f} s"
+    return list(arrived.values())
+
+
 def test_a_fifo_endpoint_receives_one_at_a_time_in_event_order(api, sink, engine):
     create_endpoint(api, **sink.endpoint_fields("/fifo"), event_types=["fifo.*"], ordering="fifo", max_in_flight=50)
     ids = _post(api, "fifo.happened", 8)
@@ -118,7 +133,7 @@ def test_a_throttled_endpoint_starts_no_more_than_its_rate_and_holds_back_no_oth
     assert 2.3 <= elapsed < 10, f"25 attempts at 10/s took {elapsed:.1f}s"
     starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=throttled)]
     assert _max_per_second(starts) <= 10  # as Herald started them
-    assert _max_per_second([a.at for a in sink.wait_for(25, "/slowly")]) <= 11  # as they arrived
+    _sent_as_started(sink.wait_for(25, "/slowly"), throttled)
 
 
 def test_a_throttled_endpoint_goes_on_when_a_record_hands_one_on_while_a_wake_up_is_pending(api, receiver, engine):
@@ -170,14 +185,5 @@ def test_fifo_order_and_throttle_hold_across_two_workers(api, receiver, processe
     # the throttle is on starts, across both workers: as Herald started them, never more than 10 in a second
     starts = [a.started_at.timestamp() for a in DeliveryAttempt.objects.filter(delivery_id__in=paced)]
     assert _max_per_second(starts) <= 10
-    # and the starts Herald recorded are when it sent: each request reached the receiver after its attempt's
-    # start and soon after (on this machine's one clock); how many arrive in a second is the network's jitter,
-    # not the throttle's rule (SPEC: attempts *start* at most that many per second)
-    wall_minus_monotonic = time.time() - time.monotonic()
-    arrived = {r.headers["webhook-id"]: r.at + wall_minus_monotonic for r in receiver.requests_to("/paced")}
-    started = dict(DeliveryAttempt.objects.filter(delivery_id__in=paced).values_list("delivery__event_id",
-                                                                                      "started_at"))
-    assert arrived.keys() == started.keys() and len(arrived) == 40
-    lags = [arrived[event_id] - started[event_id].timestamp() for event_id in started]
-    assert -0.05 <= min(lags) and max(lags) < 2.0, f"start to arrival: {min(lags):.3f}..{max(lags):.3f} s"
-    assert max(arrived.values()) - min(arrived.values()) >= 3.8  # 40 at 10/s
+    arrived = _sent_as_started(receiver.requests_to("/paced"), paced)
+    assert max(arrived) - min(arrived) >= 3.8  # 40 at 10/s
