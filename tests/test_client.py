@@ -11,14 +11,12 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-import psycopg
 import pytest
 import requests
-from django.db import connection
 
 import herald_client
 from herald_client import Herald, RetryInfo, RetryPolicy, verify
-from tests.conftest import wait_until
+from tests.conftest import other_session, wait_until
 from tests.processes import celery_worker, free_port, gunicorn
 from tests.stub_http import Step, StubServer, problem
 from webhooks.models import Event
@@ -271,15 +269,12 @@ class EventTableLock:
     request is held mid-flight for real, with no hook in the code under test."""
 
     def __init__(self):
-        params = connection.get_connection_params()
-        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                                    user=params.get("user"))
+        self.conn = other_session(autocommit=False)
         self.conn.execute("LOCK TABLE webhooks_event IN SHARE MODE")
 
     def waiting(self) -> int:
         """How many other transactions wait for this lock."""
-        with psycopg.connect(dbname=self.conn.info.dbname, host=self.conn.info.host, port=self.conn.info.port,
-                             user=self.conn.info.user, autocommit=True) as other:
+        with other_session() as other:
             return other.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
                                  "'webhooks_event'::regclass").fetchone()[0]
 

@@ -6,13 +6,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psycopg
 import pytest
 import requests
 from django.db import connection
 
 from intake.models import IdempotencyKey
-from tests.conftest import wait_until
+from tests.conftest import other_session, wait_until
 from tests.processes import free_port, gunicorn
 from webhooks.models import Delivery, Event
 
@@ -51,9 +50,7 @@ class EventTableLock:
 
 
 def _connect():
-    params = connection.get_connection_params()
-    return psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                           user=params.get("user"))
+    return other_session(autocommit=False)
 
 
 def _blocked_backends() -> list[tuple[int, int]]:

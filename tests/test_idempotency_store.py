@@ -5,7 +5,6 @@ import io
 import threading
 import time
 
-import psycopg
 import pytest
 from cryptography.fernet import Fernet
 from django.core.management import call_command
@@ -13,7 +12,7 @@ from django.db import connection, transaction
 
 from intake.idempotency import store
 from intake.models import IdempotencyKey
-from tests.conftest import wait_until
+from tests.conftest import other_session, wait_until
 from webhooks.models import Delivery, DeliveryOutbox, Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,9 +52,7 @@ class Holder:
 
     def __init__(self, key: store.Key):
         self._threads: list[threading.Thread] = []
-        params = connection.get_connection_params()
-        self.conn = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                                    user=params.get("user"))
+        self.conn = other_session(autocommit=False)
         (key_a, key_b), (own_a, own_b) = key.locks
         self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s), pg_advisory_xact_lock(%s, %s)",
                           [key_a, key_b, own_a, own_b])

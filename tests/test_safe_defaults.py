@@ -6,12 +6,10 @@ import subprocess
 import sys
 import time
 
-import psycopg
 import pytest
 import requests
-from django.db import connection
 
-from tests.conftest import make_api, subprocess_env
+from tests.conftest import make_api, other_session, subprocess_env
 from tests.processes import BIN, ROOT, free_port, gunicorn
 from webhooks.models import Event
 
@@ -59,9 +57,7 @@ def test_debug_is_off_unless_set_and_then_the_development_key_is_allowed():
 def test_a_web_request_stuck_on_a_slow_statement_is_cut_and_changes_nothing(processes, broker):
     api = make_api("acme")
     server = processes(gunicorn(free_port(), WEB_STATEMENT_TIMEOUT_SECONDS="1"))
-    params = connection.get_connection_params()
-    blocker = psycopg.connect(dbname=params["dbname"], host=params.get("host"), port=params.get("port"),
-                              user=params.get("user"))
+    blocker = other_session(autocommit=False)
     blocker.execute("LOCK TABLE webhooks_event IN ACCESS EXCLUSIVE MODE")  # any insert into it now waits
     headers = {"Authorization": f"Bearer {api.token}", "Idempotency-Key": "stuck-request-1"}
     try:
