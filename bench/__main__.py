@@ -547,10 +547,14 @@ class Bench:
                     raise
         DeliveryOutbox.objects.all().delete()
         self.purge_queue()
-        # Leave no autovacuum of the rows just written to run during the next measurement.
+        # Leave no autovacuum of the rows just written to run during the next measurement, and no dead rows for
+        # the next one to meet: the leases churn a row per delivery and the counts an update, so on a server
+        # whose autovacuum is off (this machine's CI configuration, 2026-12-07) a 40-minute fairness run had
+        # left 618,000 dead leases behind it, and each round met more of them than the one before.
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE webhooks_delivery, webhooks_deliveryoutbox, webhooks_event, "
-                           "intake_idempotencykey")
+                           "intake_idempotencykey, webhooks_deliverylease, webhooks_deliverycount, "
+                           "webhooks_deliveryattempt")
             cursor.execute("CHECKPOINT")
 
     # --- delivery ----------------------------------------------------------------------------
@@ -629,17 +633,22 @@ class Bench:
         return release
 
     def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = (),
-              workers: int = 1, beat: bool = False, keep_stats: bool = False, fill=None, **env) -> dict:
+              workers: int = 1, beat: bool = False, keep_stats: bool = False, fill=None, profile: str | None = None,
+              **env) -> dict:
         """Start `celery -A config worker` (as the README does; `argv` adds flags, `env` settings) on a
         pre-filled queue (`fill`, if given, is called once every worker is ready); deliveries/s from the
-        receiver's first to last arrival, the most attempts in flight, the PostgreSQL connections and the
-        CPU the workers used (and the receiver's `stats`)."""
+        receiver's first to last arrival, the most attempts in flight, the PostgreSQL connections, the
+        CPU the workers used and the machine's busy fraction from the workers' start to the last arrival (and the
+        receiver's `stats`). `profile`: py-spy records the first worker from its
+        start for ten seconds, into --profile's directory as worker-<profile>.txt."""
         self.reset_receiver()
         with stack.ConnectionSampler("herald-worker") as connections:
             procs = [stack.worker(f"{name}{n}", *argv, **env) for n in range(workers)]
             if beat:
                 procs.append(stack.beat(**env))
             cpu_at_start = sum(proc.cpu_seconds() for proc in procs[:workers])
+            busy_at_start = machine_busy()
+            profilers = self.profile_into(profile, 10, worker=procs[0]) if profile and self.profile_dir else []
             if fill is not None:
                 fill()
             try:
@@ -651,14 +660,18 @@ class Bench:
                 stats = self.receiver_stats()
                 peak = procs[0].peak_rss_mb()
                 cpu = sum(proc.cpu_seconds() for proc in procs[:workers]) - cpu_at_start
+                busy = machine_busy(busy_at_start)
             finally:
+                for profiler in profilers:
+                    profiler.wait(60)
                 for proc in reversed(procs):
                     proc.stop()
         span = stats["last"] - stats["first"]
         return {"deliveries": expected, "seconds": span, "per_second": (stats["count"] - 1) / span if span else 0,
                 "peak_in_flight": max(stats["peak_in_flight"].values(), default=0),
                 "db_connections_peak": connections.peak, "worker_peak_rss_mb": round(max(peak.values()), 1),
-                "worker_cpu_ms": cpu / expected * 1000, **({"stats": stats} if keep_stats else {})}
+                "worker_cpu_ms": cpu / expected * 1000, "machine_busy": busy,
+                **({"stats": stats} if keep_stats else {})}
 
     def delivery(self):
         """A fast local receiver: Herald against a bare Celery task, same worker command on both sides, in two
@@ -957,25 +970,34 @@ class Bench:
         self.results["pools"] = rows
 
     def slow_receivers(self):
-        """100 endpoints that each answer after 200 ms (their default cap of 10 allows 1,000 attempts at once),
-        4,000 deliveries queued, one worker as the README starts it; against the same worker holding only 100
-        attempts in flight (WEBHOOK_WORKER_CONCURRENCY=100, the earlier default). Alternating rounds, medians."""
-        tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/200/ep{n}" for n in range(100)])
+        """Many endpoints leave no cap unused: 90 endpoints that each answer after 200 ms, at their default cap of 10
+        (900 attempts at once, under the worker's 1,000, so the caps are what may bound it: 4,500 deliveries/s at
+        most), a backlog of 4,050 deliveries made before the worker starts, one worker as the README starts it;
+        against the same worker holding only 100 attempts in flight (WEBHOOK_WORKER_CONCURRENCY=100, the earlier
+        default: 500/s at most). Alternating rounds, medians; the machine's CPU busy fraction over each drain says
+        whether the CPU ran out. With --profile, an extra round, not measured, records py-spy of the worker."""
+        endpoints, cap, delay_ms = 90, 10, 200
+        tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/{delay_ms}/ep{n}" for n in range(endpoints)])
         runs: dict[str, list[dict]] = {"default": [], "100 in flight": []}
-        per_endpoint = self.size(40, 40, 2)
+        per_endpoint = self.size(45, 45, 2)
         for round_ in range(self.size(3, 1, 1)):
             for label, env in abba(round_, (("default", {}), ("100 in flight", {"WEBHOOK_WORKER_CONCURRENCY": 100}))):
-                self.make_deliveries(tenant, per_endpoint)  # x 100 endpoints
-                runs[label].append(self.drain(per_endpoint * 100, "slow", **env))
+                self.make_deliveries(tenant, per_endpoint)  # x endpoints
+                runs[label].append(self.drain(per_endpoint * endpoints, "slow", **env))
+        if self.profile_dir:  # an extra round, not measured: py-spy costs CPU
+            self.make_deliveries(tenant, per_endpoint)
+            self.drain(per_endpoint * endpoints, "slow", profile="slow-receivers")
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         result["runs"] = {label: [round(r["per_second"]) for r in rows] for label, rows in runs.items()}
+        result.update(endpoints=endpoints, cap=cap, delay_ms=delay_ms, deliveries=per_endpoint * endpoints,
+                      ideal_per_second=endpoints * cap * 1000 // delay_ms)
         self.results["slow_receivers"] = result
         for label in ("default", "100 in flight"):
             row = result[label]
-            print(f"slow receivers (100 x 200 ms, {label}): {row['per_second']:.0f} deliveries/s, "
-                  f"{row['peak_in_flight']} in flight at most, {row['db_connections_peak']} PostgreSQL connections, "
-                  f"worker peak RSS {row['worker_peak_rss_mb']} MB, {row['worker_cpu_ms']:.2f} ms CPU each "
-                  f"(runs {result['runs'][label]})", flush=True)
+            print(f"slow receivers ({endpoints} x cap {cap} x {delay_ms} ms, {label}): {row['per_second']:.0f} "
+                  f"deliveries/s, {row['peak_in_flight']} in flight at most, {row['db_connections_peak']} PostgreSQL "
+                  f"connections, worker peak RSS {row['worker_peak_rss_mb']} MB, {row['worker_cpu_ms']:.2f} ms CPU "
+                  f"each, machine {row['machine_busy']:.0%} busy (runs {result['runs'][label]})", flush=True)
         self.cancel_backlog()
 
     def scaling(self):
@@ -2233,7 +2255,8 @@ class Bench:
                 getattr(self, name)()
                 stamps[name] = {**code, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                                 "seconds": round(time.time() - started, 1), "quick": self.quick,
-                                "smoke": self.smoke, "rounds": self.rounds}
+                                "smoke": self.smoke, "rounds": self.rounds,
+                                "postgres_autovacuum": _autovacuum()}
                 print(f"({name}: {stamps[name]['seconds']:g} s)", flush=True)
         finally:
             for proc in reversed(self.procs):
@@ -2374,6 +2397,16 @@ def smoke_in_shards(shards: int) -> int:
             print((logs / f"shard{n}.log").read_text()[-6000:], flush=True)
     print(f"bench --smoke: {shards} shards in {time.monotonic() - started:.0f} s; their output in {logs}", flush=True)
     return 1 if failed else 0
+
+
+def _autovacuum() -> str:
+    """The server's autovacuum setting as a part ran (the bench VACUUMs what it churns between measurements, but
+    within one, dead rows pile up where autovacuum is off)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0]
 
 
 def machine() -> dict:

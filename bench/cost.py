@@ -12,7 +12,10 @@ succeeded. Between a snapshot before the first post and one after the last recor
   written, estimated as (inserted + non-HOT updated) x the table's indexes (an upper bound: a partial index
   takes only some rows);
 - WAL bytes (pg_current_wal_lsn before and after: the whole cluster, so another database's writes in the same
-  seconds count too; the commits other databases made in the window are reported beside it);
+  seconds count too; the commits other databases made in the window are reported beside it), and, where the
+  server has pg_walinspect (PostgreSQL 15+, a contrib extension), the same WAL by resource manager (Heap,
+  Btree, Transaction, ...), records and full-page images apart: a full-page image is the first change to a
+  page after a checkpoint, so a short run pays for every page it touches once, whatever the rows;
 - statements, from pg_stat_statements when the server loads it (shared_preload_libraries), else said so; the
   bench database's transactions (pg_stat_database) in any case;
 - broker commands (the private Redis's INFO commandstats delta, by command).
@@ -76,6 +79,25 @@ def _pg_stat_statements_loaded(cursor) -> bool:
     return bool(cursor.fetchone()[0])
 
 
+def _walinspect(cursor) -> str | None:
+    """None when pg_walinspect can read the WAL here (created in the bench database if need be), else why not."""
+    cursor.execute("SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_walinspect'")
+    if not cursor.fetchone()[0]:
+        return "not broken down: the server has no pg_walinspect (PostgreSQL 15+ contrib)"
+    try:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except Exception as exc:  # noqa: BLE001 - not a superuser: said so in the results
+        return f"not broken down: CREATE EXTENSION pg_walinspect failed ({type(exc).__name__})"
+    return None
+
+
+def _wal_by_kind(cursor, start: str, end: str) -> dict:
+    """The WAL between two LSNs by resource manager: {name: (records' bytes, full-page images' bytes)}."""
+    cursor.execute("SELECT \"resource_manager/record_type\", record_size, fpi_size "
+                   "FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn) WHERE count > 0", [start, end])
+    return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}
+
+
 def measure(bench) -> dict:
     import redis
     import requests
@@ -102,6 +124,7 @@ def measure(bench) -> dict:
             else:
                 cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 statements_note = "pg_stat_statements, calls in the bench database"
+            wal_note = _walinspect(cursor)
         for fan, events in ((1, bench.size(1000, 400, 20)), (20, bench.size(100, 40, 2))):
             tenant, token = bench.tenant_with_endpoints(f"cost{fan}", [f"/cost{fan}/{n}" for n in range(fan)],
                                                         max_in_flight=1000)
@@ -115,8 +138,9 @@ def measure(bench) -> dict:
                 wait_delivered(Delivery, tenant, (events + 5) * fan)
                 seconds = time.monotonic() - started
                 after = _settled_snapshot(cursor, procs, redis_client, settle)
+                wal = _wal_by_kind(cursor, before["lsn"], after["lsn"]) if wal_note is None else None
             rows.append(per_event(before, after, fan=fan, events=events, seconds=seconds,
-                                  statements_note=statements_note))
+                                  statements_note=statements_note, wal_by_kind=wal, wal_note=wal_note))
             print(f"cost fan-out {fan}: {format_row(rows[-1])}", flush=True)
             bench.cancel_backlog()
     finally:
@@ -164,7 +188,8 @@ def wait_delivered(Delivery, tenant, count: int, timeout: float = 300) -> None:
         time.sleep(0.2)
 
 
-def per_event(before: dict, after: dict, *, fan: int, events: int, seconds: float, statements_note: str) -> dict:
+def per_event(before: dict, after: dict, *, fan: int, events: int, seconds: float, statements_note: str,
+              wal_by_kind: dict | None = None, wal_note: str | None = None) -> dict:
     def each(value: float, digits: int = 3) -> float:
         return round(value / events, digits)
 
@@ -190,6 +215,11 @@ def per_event(before: dict, after: dict, *, fan: int, events: int, seconds: floa
         "index_entries_total": round(sum(index_entries.values()), 2),
         "rows_written_total": round(sum(t["inserted"] + t["updated"] + t["deleted"] for t in tables.values()), 2),
         "wal_bytes": each(_lsn(after["lsn"]) - _lsn(before["lsn"]), 0),
+        "wal_records_bytes": each(sum(r for r, _ in wal_by_kind.values()), 0) if wal_by_kind is not None else None,
+        "wal_fpi_bytes": each(sum(f for _, f in wal_by_kind.values()), 0) if wal_by_kind is not None else None,
+        "wal_by_kind": ({name: {"records": each(r, 0), "fpi": each(f, 0)} for name, (r, f) in sorted(
+            wal_by_kind.items(), key=lambda kv: -sum(kv[1]))} if wal_by_kind is not None else None),
+        "wal_note": wal_note or "pg_walinspect's pg_get_wal_stats over the same LSNs (the whole cluster)",
         "other_databases_transactions": after["transactions"].get("others", 0) - before["transactions"].get("others", 0),
         "transactions": each(after["transactions"].get("own", 0) - before["transactions"].get("own", 0), 2),
         "statements": statements, "statements_note": statements_note,
@@ -206,7 +236,16 @@ def format_row(row: dict) -> str:
     cpu = ", ".join(f"{name} {ms:.2f}" for name, ms in row["cpu_ms"].items())
     return (f"{row['events']} events, {row['deliveries']} deliveries in {row['seconds']} s; per event: CPU ms {cpu}; "
             f"rows written {row['rows_written_total']}, index entries {row['index_entries_total']}; WAL "
-            f"{row['wal_bytes']:,.0f} bytes (other databases' transactions meanwhile: "
+            f"{row['wal_bytes']:,.0f} bytes{_wal_parts(row)} (other databases' transactions meanwhile: "
             f"{row['other_databases_transactions']:,}); transactions {row['transactions']}; statements "
             f"{row['statements'] if row['statements'] is not None else 'n/a'}; broker commands "
             f"{row['broker_commands_total']} ({', '.join(f'{k} {v}' for k, v in list(row['broker_commands'].items())[:6])})")
+
+
+def _wal_parts(row: dict) -> str:
+    """', of which records N and full-page images M (Heap a, Btree b, ...)', or '' without pg_walinspect."""
+    if row.get("wal_records_bytes") is None:
+        return ""
+    kinds = ", ".join(f"{name} {v['records'] + v['fpi']:,.0f}" for name, v in list(row["wal_by_kind"].items())[:4])
+    return (f", of which records {row['wal_records_bytes']:,.0f} and full-page images {row['wal_fpi_bytes']:,.0f}"
+            f" ({kinds})")

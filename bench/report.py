@@ -16,7 +16,8 @@ TARGETS = {
     "delivery": ("delivery vs Celery floor, fast receiver (1 worker, 100 threads)", ">= 0.80x"),
     "access_cpu": ("worker CPU per delivery with 5 headers and auth vs without", "<= 1.10x"),
     "destinations": ("messages/s from one worker to a local broker (amqp, redis_stream, nats: the slowest)", ">= 2,000"),
-    "slow_receivers": ("deliveries/s, 100 endpoints answering after 200 ms (1 default worker)", ">= 2,000"),
+    "slow_receivers": ("deliveries/s from a backlog, 90 endpoints x cap 10 answering after 200 ms (1 default worker; "
+                       "the caps allow 4,500)", ">= 3,500"),
     "noisy_neighbour": ("healthy endpoint p99 beside a hanging one", "<= 1000 ms"),
     "fair_quiet_p99": ("fairness: quiet tenant's POST -> first attempt p99 while another works off a backlog",
                        "<= 300 ms"),
@@ -98,8 +99,14 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         rows.append((*TARGETS["access_cpu"], f"{a['cpu_ratio']:.2f}x ({a['with_access_worker_cpu_ms']:.3f} / "
                      f"{a['plain_worker_cpu_ms']:.3f} ms{rounds})", a["cpu_ratio"] <= 1.10))
     if "default" in results.get("slow_receivers", {}):
-        rate = results["slow_receivers"]["default"]["per_second"]
-        rows.append((*TARGETS["slow_receivers"], f"{rate:.0f}", rate >= 2000))
+        r = results["slow_receivers"]
+        rate = r["default"]["per_second"]
+        if "endpoints" in r:
+            rows.append((*TARGETS["slow_receivers"], f"{rate:,.0f} ({rate / r['ideal_per_second']:.0%} of what the caps "
+                         f"allow; machine {r['default']['machine_busy']:.0%} busy)", rate >= 3500))
+        else:  # recorded before the part ran the issue's 90 endpoints (100 endpoints, target 2,000 then)
+            rows.append(("deliveries/s, 100 endpoints answering after 200 ms (1 default worker)", ">= 2,000",
+                         f"{rate:.0f}", rate >= 2000))
     if "noisy_neighbour" in results:
         p99 = results["noisy_neighbour"]["p99_ms"]
         rows.append((*TARGETS["noisy_neighbour"], f"{p99:.1f} ms", p99 <= 1000))
@@ -259,12 +266,16 @@ def markdown(results: dict) -> str:
     if "default" in results.get("slow_receivers", {}):
         r = results["slow_receivers"]
         d, h = r["default"], r["100 in flight"]
-        lines += ["", f"Slow receivers: 100 endpoints answering after 200 ms, 4,000 deliveries, one worker as the README "
+        lines += ["", f"Slow receivers: {r.get('endpoints', 100)} endpoints answering after 200 ms, "
+                      f"{r.get('deliveries', 4000):,} deliveries, one worker as the README "
                       f"starts it: {d['per_second']:.0f} deliveries/s with {d['peak_in_flight']} attempts in flight at most, "
                       f"{d['db_connections_peak']} PostgreSQL connections, peak RSS {d['worker_peak_rss_mb']} MB, "
                       f"{d['worker_cpu_ms']:.2f} ms of worker CPU per delivery (runs {r['runs']['default']}); held to 100 "
                       f"in flight (the earlier default): {h['per_second']:.0f}/s (runs {r['runs']['100 in flight']}; "
-                      f"500/s is the limit with 100)."]
+                      f"500/s is the limit with 100)."
+                      + (f" The caps allow {r['ideal_per_second']:,}/s; the machine's CPU was "
+                         f"{d['machine_busy']:.0%} busy over the default drain ({h['machine_busy']:.0%} with 100)."
+                         if "ideal_per_second" in r else "")]
     if "scaling" in results:
         lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
                       "PostgreSQL and the receiver on the same cores:", "",
@@ -416,6 +427,10 @@ def markdown(results: dict) -> str:
                   "| WAL bytes (whole cluster) | " + " | ".join(
                       f"{r['wal_bytes']:,.0f} (other databases' transactions meanwhile: "
                       f"{r['other_databases_transactions']:,})" for r in rows) + " |",
+                  *(["| of which WAL records / full-page images (pg_walinspect) | " + " | ".join(
+                      f"{r['wal_records_bytes']:,.0f} / {r['wal_fpi_bytes']:,.0f} (" + ", ".join(
+                          f"{k} {v['records']:,.0f} / {v['fpi']:,.0f}" for k, v in list(r["wal_by_kind"].items())[:4])
+                      + ")" for r in rows) + " |"] if all(r.get("wal_records_bytes") is not None for r in rows) else []),
                   "| transactions (bench database) | " + " | ".join(f"{r['transactions']:g}" for r in rows) + " |",
                   "| statements | " + " | ".join(f"{r['statements']:g}" if r["statements"] is not None else "n/a"
                                                  for r in rows) + " |",
@@ -629,7 +644,8 @@ def readme_figures(results: dict) -> str:
     if "default" in results.get("slow_receivers", {}):
         d = results["slow_receivers"]["default"]
         lines.append(f"- **Slow receivers**: one worker keeps up to {d['peak_in_flight']:,} attempts in flight: "
-                     f"{d['per_second']:,.0f} deliveries/s to 100 receivers that answer after 200 ms "
+                     f"{d['per_second']:,.0f} deliveries/s to {results['slow_receivers'].get('endpoints', 100)} "
+                     f"receivers that answer after 200 ms "
                      f"({_short_stamp(results, 'slow_receivers')}).")
     if results.get("sustained", {}).get("rows"):
         r = results["sustained"]
