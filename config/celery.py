@@ -139,6 +139,14 @@ def _allow_descriptors(in_flight: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
 
 
+@signals.worker_init.connect
+def _warn_if_autovacuum_off(**kwargs) -> None:
+    """Before the worker says it is ready (config/startup.py)."""
+    from config.startup import warn_if_autovacuum_off
+
+    warn_if_autovacuum_off()
+
+
 @signals.worker_ready.connect
 @signals.worker_process_init.connect
 @signals.beat_init.connect

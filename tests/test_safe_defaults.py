@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from tests.conftest import make_api, other_session, subprocess_env
-from tests.processes import BIN, ROOT, free_port, gunicorn
+from tests.processes import BIN, ROOT, celery_worker, free_port, gunicorn
 from webhooks.models import Event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,3 +74,13 @@ def test_a_web_request_stuck_on_a_slow_statement_is_cut_and_changes_nothing(proc
     retried = requests.post(f"{server.url}/api/v1/events", json={"type": "invoice.paid", "data": {}},
                             headers=headers, timeout=20)
     assert retried.status_code == 202 and Event.objects.count() == 1
+
+
+def test_a_worker_says_as_it_starts_that_the_database_does_not_autovacuum(processes):
+    """The check runs before the worker says `ready.`, so its line is there or not by then: there exactly when the
+    server's autovacuum is off (this machine's setting decides which side a run sees; it is a server setting,
+    not one a session can change)."""
+    with other_session() as session:
+        (autovacuum,) = session.execute("SHOW autovacuum").fetchone()
+    worker = processes(celery_worker("vacuum-check"))
+    assert ("database.autovacuum_off" in worker.output()) == (autovacuum == "off"), worker.output()[-2000:]
