@@ -103,9 +103,8 @@ def freeze_startup_objects() -> None:
 def warn_if_autovacuum_off() -> None:
     """Log `database.autovacuum_off` (a warning) when the PostgreSQL server does not autovacuum: a lease is
     inserted and deleted per delivery, an outbox row written and deleted, a count updated, and without vacuum
-    their dead rows pile up under every claim. Measured on a server with autovacuum off: 618,000 dead leases
-    after 40 minutes of load, and a quiet tenant's first attempt 711 ms after its post at p99 where it was
-    267 ms with them vacuumed (docs/operations.md). A worker checks once as it starts; a database it cannot
+    their dead rows pile up under every claim (on a server with autovacuum off: 618,000 dead leases, 106 MB,
+    after 40 minutes of the fairness bench; docs/operations.md). A worker checks once as it starts; a database it cannot
     reach yet is not this check's business (the worker says so itself)."""
     import logging
 
