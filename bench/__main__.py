@@ -977,7 +977,8 @@ class Bench:
         default: 500/s at most). Alternating rounds, medians; the machine's CPU busy fraction over each drain says
         whether the CPU ran out. With --profile, an extra round, not measured, records py-spy of the worker."""
         endpoints, cap, delay_ms = 90, 10, 200
-        tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/{delay_ms}/ep{n}" for n in range(endpoints)])
+        tenant, _ = self.tenant_with_endpoints("slow", [f"/delay/{delay_ms}/ep{n}" for n in range(endpoints)],
+                                               max_in_flight=cap)
         runs: dict[str, list[dict]] = {"default": [], "100 in flight": []}
         per_endpoint = self.size(45, 45, 2)
         for round_ in range(self.size(3, 1, 1)):
@@ -2248,6 +2249,8 @@ class Bench:
         stamps = self.results.setdefault("stamps", {})
         try:
             self.setup()
+            from config.startup import autovacuum_setting
+
             for name in PARTS:
                 if only and name not in only and not (name == "end_to_end" and "delivery" in only):
                     continue
@@ -2256,7 +2259,9 @@ class Bench:
                 stamps[name] = {**code, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                                 "seconds": round(time.time() - started, 1), "quick": self.quick,
                                 "smoke": self.smoke, "rounds": self.rounds,
-                                "postgres_autovacuum": _autovacuum()}
+                                # the bench VACUUMs what it churns between measurements, but within one, dead
+                                # rows pile up where autovacuum is off
+                                "postgres_autovacuum": autovacuum_setting()}
                 print(f"({name}: {stamps[name]['seconds']:g} s)", flush=True)
         finally:
             for proc in reversed(self.procs):
@@ -2397,16 +2402,6 @@ def smoke_in_shards(shards: int) -> int:
             print((logs / f"shard{n}.log").read_text()[-6000:], flush=True)
     print(f"bench --smoke: {shards} shards in {time.monotonic() - started:.0f} s; their output in {logs}", flush=True)
     return 1 if failed else 0
-
-
-def _autovacuum() -> str:
-    """The server's autovacuum setting as a part ran (the bench VACUUMs what it churns between measurements, but
-    within one, dead rows pile up where autovacuum is off)."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW autovacuum")
-        return cursor.fetchone()[0]
 
 
 def machine() -> dict:

@@ -111,9 +111,7 @@ def warn_if_autovacuum_off() -> None:
     from django.db import DatabaseError, connection
 
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW autovacuum")
-            (autovacuum,) = cursor.fetchone()
+        autovacuum = autovacuum_setting()
     except DatabaseError:
         return
     finally:
@@ -122,3 +120,12 @@ def warn_if_autovacuum_off() -> None:
         logging.getLogger("herald.startup").warning("database.autovacuum_off", extra={
             "autovacuum": autovacuum, "hint": "turn autovacuum on, or VACUUM webhooks_deliverylease, "
                                               "webhooks_deliveryoutbox and webhooks_deliverycount often"})
+
+
+def autovacuum_setting() -> str:
+    """The PostgreSQL server's `autovacuum` ("on" or "off"), on Django's connection (the bench stamps it too)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW autovacuum")
+        return cursor.fetchone()[0]
