@@ -14,6 +14,7 @@ DECLARE
     ep record;
     v_moved boolean := false;
     v_tenant varchar;
+    c_pending CONSTANT varchar := 'pending';
 BEGIN
     IF p_locked THEN
         SELECT * INTO ep FROM webhooks_endpoint e WHERE e.id = p_endpoint;
@@ -37,9 +38,12 @@ BEGIN
     DELETE FROM webhooks_deliverylease l WHERE l.delivery_id = p_id AND l.until = p_lease_end;
     IF FOUND THEN
         -- A retry changes no indexed column of the delivery: a HOT update where its page has room.
+        -- `c_pending`, not the literal: the plan is generic (a parameter), so the planner cannot match the
+        -- condition to the partial index of pending deliveries (endpoint_id, id) and read all of that index
+        -- for the id (see delivery_claim.sql); it finds the row by its key.
         UPDATE webhooks_delivery d
            SET status = p_status, next_attempt_at = p_next_attempt_at, attempt_count = p_number, updated_at = now()
-         WHERE d.id = p_id AND d.status = 'pending'
+         WHERE d.id = p_id AND d.status = c_pending
         RETURNING d.tenant_id INTO v_tenant;
         v_moved := FOUND;
         IF v_moved AND p_status = 'pending' THEN
