@@ -120,3 +120,22 @@ def test_the_claim_and_the_record_find_each_delivery_by_its_key_behind_a_backlog
     assert any(s.startswith("UPDATE webhooks_delivery d SET status = p_status") for s in statements), statements
     # ... and every one of them went by the key
     assert [(s, index) for s, index in lookups if not index.endswith("_pkey")] == []
+
+
+def test_a_recoverys_progress_count_finds_its_batch_by_the_keys_behind_a_backlog_statistics_do_not_see():
+    """The recovery's count of its batch's waiting deliveries (webhooks/services/recovery.py), as Django runs it
+    (its values in the statement: a plan of its own each time), during a recovery, when the pending index is at
+    its largest."""
+    from webhooks.services import recovery
+
+    ids, _ = _backlog_that_statistics_do_not_see()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + recovery._WAITING_SQL,
+                       {"ids": ids[:100], "released_at": timezone.now()})
+        (explained,) = cursor.fetchone()
+        cursor.execute(recovery._WAITING_SQL, {"ids": ids[:100], "released_at": timezone.now()})
+        assert cursor.fetchone() == (100,)
+    scans = [node for node in _nodes(explained[0]["Plan"])
+             if node.get("Node Type", "").startswith("Index") and DELIVERY_TABLE.match(node.get("Relation Name", ""))]
+    assert scans and all(node["Index Name"].endswith("_pkey") for node in scans), [
+        (node["Index Name"], node.get("Index Cond")) for node in scans]
