@@ -45,8 +45,12 @@ BEGIN
     IF NOT coalesce(v_claimable, false) THEN
         -- A duplicate message, or one for a delivery that is no longer pending: an outbox row of a
         -- finished delivery has nothing left to publish.
+        -- Read again as the row is deleted: a manual retry (which takes no endpoint lock) may have made it
+        -- pending and written its row since the read above. By the key again, not by `status = 'pending'`.
         IF v_status IS DISTINCT FROM 'pending' THEN
-            DELETE FROM webhooks_deliveryoutbox o WHERE o.delivery_id = p_id;
+            DELETE FROM webhooks_deliveryoutbox o
+             WHERE o.delivery_id = p_id
+               AND (SELECT d.status FROM webhooks_delivery d WHERE d.id = p_id) IS DISTINCT FROM 'pending';
         END IF;
         RETURN;
     END IF;
