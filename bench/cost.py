@@ -91,11 +91,21 @@ def _walinspect(cursor) -> str | None:
     return None
 
 
-def _wal_by_kind(cursor, start: str, end: str) -> dict:
-    """The WAL between two LSNs by resource manager: {name: (records' bytes, full-page images' bytes)}."""
-    cursor.execute("SELECT \"resource_manager/record_type\", record_size, fpi_size "
-                   "FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn) WHERE count > 0", [start, end])
-    return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}
+def _wal_by_kind(cursor, start: str, end: str) -> tuple[dict | None, str | None]:
+    """The WAL between two LSNs by resource manager: ({name: (records' bytes, full-page images' bytes)}, None), or
+    (None, why not) when the server has recycled some of it already (a checkpoint meanwhile: `--smoke` runs other
+    parts at once, whose VACUUM and CHECKPOINT between measurements may come while this one runs; the WAL's
+    total, from the LSNs, is still counted)."""
+    from django.db import OperationalError
+
+    try:
+        cursor.execute("SELECT \"resource_manager/record_type\", record_size, fpi_size "
+                       "FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn) WHERE count > 0", [start, end])
+    except OperationalError as exc:
+        if "has already been removed" not in str(exc):
+            raise
+        return None, "not broken down: the server recycled part of that WAL before it was read (a checkpoint)"
+    return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}, None
 
 
 def measure(bench) -> dict:
@@ -138,9 +148,9 @@ def measure(bench) -> dict:
                 wait_delivered(Delivery, tenant, (events + 5) * fan)
                 seconds = time.monotonic() - started
                 after = _settled_snapshot(cursor, procs, redis_client, settle)
-                wal = _wal_by_kind(cursor, before["lsn"], after["lsn"]) if wal_note is None else None
+                wal, note = (None, wal_note) if wal_note else _wal_by_kind(cursor, before["lsn"], after["lsn"])
             rows.append(per_event(before, after, fan=fan, events=events, seconds=seconds,
-                                  statements_note=statements_note, wal_by_kind=wal, wal_note=wal_note))
+                                  statements_note=statements_note, wal_by_kind=wal, wal_note=note))
             print(f"cost fan-out {fan}: {format_row(rows[-1])}", flush=True)
             bench.cancel_backlog()
     finally:
