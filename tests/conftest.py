@@ -68,6 +68,31 @@ def pytest_sessionstart(session):
         shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
+# Files scheduled by their parameters rather than whole (see pytest_xdist_make_scheduler): a file of tests that
+# each run once per module-scoped parameter, each parameter's fixtures its own. test_client_outbox.py (a database
+# a parameter) took 385-545 s in one process and ended the suite's runs (docs/testing.md).
+_SCHEDULED_BY_PARAMETER = ("tests/test_client_outbox.py",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test's `--dist loadfile` (a file's tests in one process, its module fixtures made once), except that
+    the files named above go out a parameter at a time: each parameter is a unit of the same kind, in a process
+    of its own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFileAndParameter(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path in _SCHEDULED_BY_PARAMETER and nodeid.endswith("]") and "[" in nodeid:
+                return f"{path}[{nodeid.rsplit('[', 1)[1]}"
+            return path
+
+    return ByFileAndParameter(config, log)
+
+
 def _on_rabbitmq() -> bool:
     return settings.CELERY_BROKER_URL.startswith(("amqp://", "pyamqp://"))
 
