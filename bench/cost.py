@@ -102,7 +102,7 @@ def _wal_by_kind(cursor, start: str, end: str) -> tuple[dict | None, str | None]
         cursor.execute("SELECT \"resource_manager/record_type\", record_size, fpi_size "
                        "FROM pg_get_wal_stats(%s::pg_lsn, %s::pg_lsn) WHERE count > 0", [start, end])
     except OperationalError as exc:
-        if "has already been removed" not in str(exc):
+        if getattr(exc.__cause__, "sqlstate", None) != "58P01":  # undefined_file: "requested WAL segment ... removed"
             raise
         return None, "not broken down: the server recycled part of that WAL before it was read (a checkpoint)"
     return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}, None
