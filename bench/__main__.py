@@ -52,6 +52,19 @@ def percentile(values: list[float], pct: float) -> float:
     return values[index]
 
 
+# What the engine thread of a worker does (webhooks/delivery/engine.py), by the functions a py-spy stack runs
+# through (bench/threads.py: the innermost named one decides): the phases of `slow_receivers`' profile.
+ENGINE_PHASES = {
+    "waiting for sockets or work": ("Engine._wait",),
+    "claiming": ("deliveries_claim",),
+    "preparing and starting attempts": ("Engine._launch", "attempt_prepare"),
+    "recording": ("Engine._record",),
+    "libcurl": ("Engine._drive", "Engine._finish"),
+    "waking parked endpoints": ("Engine._wake_due_endpoints",),
+    "closing connections": ("close_all", "close_old_connections"),
+}
+
+
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
 PARTS = ("intake", "batch", "outbox", "catalog", "filters", "delivery", "destinations", "access", "slow_receivers", "scaling", "brokers", "noisy_neighbour", "fairness", "ordering", "throttle", "pools",
          "end_to_end", "fan_out", "cost", "prune", "dispatch", "year", "erasure", "scrape", "longpoll", "memory", "tracing",
@@ -634,13 +647,14 @@ class Bench:
 
     def drain(self, expected: int, name: str = "drain", timeout: float = 300, argv: list[str] = (),
               workers: int = 1, beat: bool = False, keep_stats: bool = False, fill=None, profile: str | None = None,
-              **env) -> dict:
+              profile_seconds: float = 10, profile_wall: bool = False, **env) -> dict:
         """Start `celery -A config worker` (as the README does; `argv` adds flags, `env` settings) on a
         pre-filled queue (`fill`, if given, is called once every worker is ready); deliveries/s from the
         receiver's first to last arrival, the most attempts in flight, the PostgreSQL connections, the
         CPU the workers used and the machine's busy fraction from the workers' start to the last arrival (and the
         receiver's `stats`). `profile`: py-spy records the first worker from its
-        start for ten seconds, into --profile's directory as worker-<profile>.txt."""
+        start for `profile_seconds`, into --profile's directory as worker-<profile>.txt (`profile_wall`: every
+        thread, running or waiting: profile_into's `wall`)."""
         self.reset_receiver()
         with stack.ConnectionSampler("herald-worker") as connections:
             procs = [stack.worker(f"{name}{n}", *argv, **env) for n in range(workers)]
@@ -648,7 +662,8 @@ class Bench:
                 procs.append(stack.beat(**env))
             cpu_at_start = sum(proc.cpu_seconds() for proc in procs[:workers])
             busy_at_start = machine_busy()
-            profilers = self.profile_into(profile, 10, worker=procs[0]) if profile and self.profile_dir else []
+            profilers = (self.profile_into(profile, profile_seconds, wall=profile_wall, worker=procs[0])
+                         if profile and self.profile_dir else [])
             if fill is not None:
                 fill()
             try:
@@ -989,10 +1004,23 @@ class Bench:
                 # leases reads through where autovacuum is off (the rounds fell from 1,233 to 663/s): the next
                 # drain starts from the state autovacuum would leave, as in `fairness`
                 self.cancel_backlog()
-        if self.profile_dir:  # an extra round, not measured: py-spy costs CPU
-            self.make_deliveries(tenant, per_endpoint)
-            self.drain(per_endpoint * endpoints, "slow", profile="slow-receivers")
+        profiled = None
+        if self.profile_dir:
+            # An extra round, not measured (py-spy costs CPU): every thread of the worker sampled, running or
+            # waiting, through a backlog three times as long; where the engine thread's time goes names the bound.
+            from bench.threads import thread_phases
+
+            self.make_deliveries(tenant, per_endpoint * 3)
+            extra = self.drain(per_endpoint * 3 * endpoints, "slow", profile="slow-receivers", profile_wall=True,
+                               profile_seconds=max(4, 3 * per_endpoint * endpoints / 1000 + 3))
+            self.cancel_backlog()
+            profiled = thread_phases(Path(self.profile_dir) / "worker-slow-receivers.txt", "herald-engine", ENGINE_PHASES)
+            profiled["per_second"] = round(extra["per_second"])
+            print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
+                  f"({profiled['samples']} samples): {profiled['phases']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
+        if profiled:
+            result["engine_profile"] = profiled
         result["runs"] = {label: [round(r["per_second"]) for r in rows] for label, rows in runs.items()}
         result.update(endpoints=endpoints, cap=cap, delay_ms=delay_ms, deliveries=per_endpoint * endpoints,
                       ideal_per_second=endpoints * cap * 1000 // delay_ms)
@@ -2119,131 +2147,152 @@ class Bench:
 
     # --- sustained load, end to end -------------------------------------------------------------
     def sustained(self):
-        """Issue 23 item 4: events offered at a fixed rate (open loop, 64 client threads: bench/openloop.py)
-        for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to one endpoint (the default cap of
-        10 in flight, as `demo_setup` makes it) on the fast local receiver, with the stack as `scripts/up`
-        runs it (the Procfile: gunicorn with `--access-logfile -`, one `celery -A config worker`, beat, every
-        log at INFO in JSON). Per rate: offered, accepted (202), delivered (each accepted event's first
-        arrival, after a grace period), post-to-arrival latency counted from the instant each POST was due,
-        where the time went (due → 202, 202 → the attempt's start in the worker, the attempt), the CPU each
-        process used; and the highest rate at which every event arrived with p99 ≤ 1 s."""
-        import requests
-        from django.db import connection
-
+        """Issue 23 item 4 and issue 35 item 3: events offered at a fixed rate (open loop, 64 client threads:
+        bench/openloop.py) for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to Herald (one endpoint,
+        the default cap of 10 in flight, as `demo_setup` makes it) and to the plain sender (bench/floor.py's
+        PlainSenderView: the key bookkeeping and one Celery task per event enqueued on commit), both to the fast
+        local receiver, in ABBA order rate by rate, on one stack as `scripts/up` runs it (the Procfile: gunicorn
+        with `--access-logfile -`, one `celery -A config worker`, beat, every log at INFO in JSON; gunicorn serves
+        bench.wsgi, which hands /api/v1/ to Herald's application and /floor/ to the same handler). Per rate and
+        side: offered, accepted (202), delivered (each accepted event's first arrival, after a grace period),
+        post-to-arrival latency counted from the instant each POST was due, where the time went (due → 202, and
+        for Herald 202 → the attempt's start in the worker, the attempt), the CPU each process used; and each
+        side's highest rate at which every event arrived with p99 ≤ 1 s."""
         from bench.openloop import offer
 
         tenant, token = self.tenant_with_endpoints("sustained", ["/sustained"])
         verbose = {"LOG_LEVEL": "INFO", "HERALD_LOG_LEVEL": "INFO", "HERALD_LOG_FORMAT": "json"}
-        web = self.start(stack.gunicorn(stack.free_port(), name="gunicorn-up", args=("--access-logfile", "-"),
-                                        **verbose))
+        web = self.start(stack.gunicorn(stack.free_port(), app="bench.wsgi", name="gunicorn-up",
+                                        args=("--access-logfile", "-"), BENCH_FLOOR_CREDENTIAL_ID=self.floor_credential.id,
+                                        BENCH_SENDER_RECEIVER_URL=f"{self.receiver.url}/plain", **verbose))
         procs = {"web": web, "worker": self.start(stack.worker("sustained", **verbose)),
                  "beat": self.start(stack.beat(**verbose)), "receiver": self.receiver}
-        url = f"{web.url}/api/v1/events"
-        # warm: every gunicorn thread and the worker's engine and relay have done one of each
-        offer(url, token, rate=50, seconds=1, run=f"warm-{uuid.uuid4().hex[:6]}")
-        time.sleep(2)
+        urls = {"herald": f"{web.url}/api/v1/events", "plain": f"{web.url}/floor/send"}
+        # warm: every gunicorn thread and the worker's engine and relay have done one of each, on both sides
+        for url in urls.values():
+            offer(url, token, rate=50, seconds=1, run=f"warm-{uuid.uuid4().hex[:6]}")
+        self.wait_for_arrivals(100, limit=30, poll=0.2)
         self.cancel_backlog()
-        rows = []
+        rows: dict[str, list[dict]] = {"herald": [], "plain": []}
         try:
-            for rate in self.sustained_rates:
-                self.reset_receiver()
-                cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
-                busy_before = machine_busy()
-                by_command_before, own_before = cpu_by_command(), sum(os.times()[:2])
-                profilers = self.profile(rate, web=web, worker=procs["worker"]) if self.sustained_profile else []
-                started = time.time()
-                sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"s{rate}-{uuid.uuid4().hex[:8]}")
-                offered_until = time.time()
-                for profiler in profilers:
-                    profiler.wait(60)
-                cpu = {name: round((proc.cpu_seconds() - cpu_before[name]) / (offered_until - started), 2)
-                       for name, proc in procs.items()}
-                busy = machine_busy(busy_before)
-                # the rest of the machine (PostgreSQL, Redis, this load generator, whatever else runs), in cores
-                span = offered_until - started
-                others = {command: round(seconds / span, 2)
-                          for command, seconds in cpu_by_command(by_command_before).items()}
-                others["load generator"] = round((sum(os.times()[:2]) - own_before) / span, 2)
-                others = dict(sorted(((k, v) for k, v in others.items() if v >= 0.01), key=lambda kv: -kv[1])[:8])
-                accepted = [s for s in sent if s.status == 202]
-                # grace: until every accepted event has arrived, or nothing arrived for 20 s (at most 10 minutes)
-                self.wait_for_arrivals(len(accepted), limit=600, poll=0.5)
-                received = self.receiver_stats()["received"]
-                delivered = [s for s in accepted if s.event_id in received]
-                latency = [(received[s.event_id] - s.due) * 1000 for s in delivered]
-                intake = [(s.answered - s.due) * 1000 for s in accepted]
-                late = [(s.sent - s.due) * 1000 for s in sent]
-                # where the time went: the attempt's start (the worker's clock) per delivered event
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT d.event_id, extract(epoch FROM min(a.started_at)) FROM webhooks_delivery d "
-                                   "JOIN webhooks_deliveryattempt a ON a.delivery_id = d.id "
-                                   "WHERE d.event_id = ANY(%s) GROUP BY d.event_id", [[s.event_id for s in delivered]])
-                    attempt_at = dict(cursor.fetchall())
-                to_attempt = [(float(attempt_at[s.event_id]) - s.answered) * 1000 for s in delivered if s.event_id in attempt_at]
-                attempt = [(received[s.event_id] - float(attempt_at[s.event_id])) * 1000 for s in delivered
-                           if s.event_id in attempt_at]
-                arrivals = sorted(received[s.event_id] for s in delivered)
-                first_due = sent[0].due
-                # the latency through the run: per second of due time, events, p50 and max post-to-arrival (ms)
-                seconds: dict[int, list[float]] = {}
-                for s, ms in zip(delivered, latency):
-                    seconds.setdefault(int(s.due - first_due), []).append(ms)
-                timeline = [[second, len(values), round(percentile(values, 50)), round(max(values))]
-                            for second, values in sorted(seconds.items())]
-                row = {
-                    "rate": rate, "seconds": self.sustained_seconds, "offered": len(sent), "accepted": len(accepted),
-                    "refused": {str(status): sum(1 for s in sent if s.status == status)
-                                for status in {s.status for s in sent if s.status != 202}},
-                    "delivered": len(delivered), "all_delivered": len(delivered) == len(sent),
-                    "duplicates": self.receiver_stats()["count"] - len(received),
-                    "accepted_per_second": len(accepted) / (max(s.answered for s in sent) - first_due),
-                    "delivered_per_second": len(delivered) / (arrivals[-1] - first_due) if arrivals else 0.0,
-                    "drain_seconds": (arrivals[-1] - sent[-1].due) if arrivals else float("nan"),
-                    "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
-                    "max_ms": max(latency, default=float("nan")),
-                    "intake_p50_ms": percentile(intake, 50), "intake_p99_ms": percentile(intake, 99),
-                    "send_late_p99_ms": percentile(late, 99),
-                    "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
-                    "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
-                    "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy, "timeline": timeline,
-                }
-                rows.append(row)
-                print(f"sustained {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
-                      f"{row['accepted']} delivered {row['delivered']} (dup {row['duplicates']}); post->arrival p50 "
-                      f"{row['p50_ms']:.0f} p99 {row['p99_ms']:.0f} max {row['max_ms']:.0f} ms; due->202 p50 "
-                      f"{row['intake_p50_ms']:.0f} p99 {row['intake_p99_ms']:.0f}; 202->attempt p50 "
-                      f"{row['to_attempt_p50_ms']:.0f} p99 {row['to_attempt_p99_ms']:.0f}; attempt p99 "
-                      f"{row['attempt_p99_ms']:.0f} ms; accepted {row['accepted_per_second']:.0f}/s delivered "
-                      f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}", flush=True)
-                self.cancel_backlog()
+            for index, rate in enumerate(self.sustained_rates):
+                for side in abba(index, ("herald", "plain")):
+                    rows[side].append(self._sustained_rate(side, urls[side], token, rate, procs))
+                    self.cancel_backlog()
+                    self.purge_queue()  # a plain task that never arrived must not land in the next side's count
         finally:
             for name in ("beat", "worker", "web"):
                 procs[name].stop()
-        held = [r["rate"] for r in rows if r["all_delivered"] and r["p99_ms"] <= 1000]
-        self.results["sustained"] = {"rows": rows, "highest_rate": max(held, default=0),
-                                     "threads": 64, "endpoint_cap": 10}
-        print(f"sustained: highest rate with every event delivered and p99 <= 1 s: "
-              f"{self.results['sustained']['highest_rate']}/s", flush=True)
 
-    def profile_into(self, label: str, seconds: float, **procs) -> list[subprocess.Popen]:
+        def highest(side_rows):
+            return max((r["rate"] for r in side_rows if r["all_delivered"] and r["p99_ms"] <= 1000), default=0)
+
+        held, plain_held = highest(rows["herald"]), highest(rows["plain"])
+        self.results["sustained"] = {"rows": rows["herald"], "plain_rows": rows["plain"], "highest_rate": held,
+                                     "plain_highest_rate": plain_held, "threads": 64, "endpoint_cap": 10,
+                                     "order": "abba"}
+        print(f"sustained: highest rate with every event delivered and p99 <= 1 s: Herald {held}/s, "
+              f"the plain sender {plain_held}/s", flush=True)
+
+    def _sustained_rate(self, side: str, url: str, token: str, rate: int, procs: dict) -> dict:
+        """One side's offering at `rate` (see sustained()): its row, printed."""
+        from django.db import connection
+
+        from bench.openloop import offer
+
+        self.reset_receiver()
+        cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
+        busy_before = machine_busy()
+        by_command_before, own_before = cpu_by_command(), sum(os.times()[:2])
+        profilers = (self.profile(f"{side}-{rate}", web=procs["web"], worker=procs["worker"])
+                     if self.sustained_profile else [])
+        started = time.time()
+        sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"{side}{rate}-{uuid.uuid4().hex[:8]}")
+        offered_until = time.time()
+        for profiler in profilers:
+            profiler.wait(60)
+        span = offered_until - started
+        cpu = {name: round((proc.cpu_seconds() - cpu_before[name]) / span, 2) for name, proc in procs.items()}
+        busy = machine_busy(busy_before)
+        # the rest of the machine (PostgreSQL, Redis, this load generator, whatever else runs), in cores
+        others = {command: round(seconds / span, 2) for command, seconds in cpu_by_command(by_command_before).items()}
+        others["load generator"] = round((sum(os.times()[:2]) - own_before) / span, 2)
+        others = dict(sorted(((k, v) for k, v in others.items() if v >= 0.01), key=lambda kv: -kv[1])[:8])
+        accepted = [s for s in sent if s.status == 202]
+        # grace: until every accepted event has arrived, or nothing arrived for 20 s (at most 10 minutes)
+        self.wait_for_arrivals(len(accepted), limit=600, poll=0.5)
+        stats = self.receiver_stats()
+        received = stats["received"]
+        delivered = [s for s in accepted if s.event_id in received]
+        latency = [(received[s.event_id] - s.due) * 1000 for s in delivered]
+        intake = [(s.answered - s.due) * 1000 for s in accepted]
+        late = [(s.sent - s.due) * 1000 for s in sent]
+        to_attempt: list[float] = []
+        attempt: list[float] = []
+        if side == "herald":  # where the time went: the attempt's start (the worker's clock) per delivered event
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT d.event_id, extract(epoch FROM min(a.started_at)) FROM webhooks_delivery d "
+                               "JOIN webhooks_deliveryattempt a ON a.delivery_id = d.id "
+                               "WHERE d.event_id = ANY(%s) GROUP BY d.event_id", [[s.event_id for s in delivered]])
+                attempt_at = dict(cursor.fetchall())
+            to_attempt = [(float(attempt_at[s.event_id]) - s.answered) * 1000 for s in delivered if s.event_id in attempt_at]
+            attempt = [(received[s.event_id] - float(attempt_at[s.event_id])) * 1000 for s in delivered
+                       if s.event_id in attempt_at]
+        arrivals = sorted(received[s.event_id] for s in delivered)
+        first_due = sent[0].due
+        # the latency through the run: per second of due time, events, p50 and max post-to-arrival (ms)
+        seconds: dict[int, list[float]] = {}
+        for s, ms in zip(delivered, latency):
+            seconds.setdefault(int(s.due - first_due), []).append(ms)
+        timeline = [[second, len(values), round(percentile(values, 50)), round(max(values))]
+                    for second, values in sorted(seconds.items())]
+        row = {
+            "rate": rate, "seconds": self.sustained_seconds, "offered": len(sent), "accepted": len(accepted),
+            "refused": {str(status): sum(1 for s in sent if s.status == status)
+                        for status in {s.status for s in sent if s.status != 202}},
+            "delivered": len(delivered), "all_delivered": len(delivered) == len(sent),
+            "duplicates": stats["count"] - len(received),
+            "accepted_per_second": len(accepted) / (max(s.answered for s in sent) - first_due),
+            "delivered_per_second": len(delivered) / (arrivals[-1] - first_due) if arrivals else 0.0,
+            "drain_seconds": (arrivals[-1] - sent[-1].due) if arrivals else float("nan"),
+            "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
+            "max_ms": max(latency, default=float("nan")),
+            "intake_p50_ms": percentile(intake, 50), "intake_p99_ms": percentile(intake, 99),
+            "send_late_p99_ms": percentile(late, 99),
+            "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
+            "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
+            "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy, "timeline": timeline,
+        }
+        print(f"sustained {side:6} {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
+              f"{row['accepted']} delivered {row['delivered']} (dup {row['duplicates']}); post->arrival p50 "
+              f"{row['p50_ms']:.0f} p99 {row['p99_ms']:.0f} max {row['max_ms']:.0f} ms; due->202 p50 "
+              f"{row['intake_p50_ms']:.0f} p99 {row['intake_p99_ms']:.0f}; 202->attempt p50 "
+              f"{row['to_attempt_p50_ms']:.0f} p99 {row['to_attempt_p99_ms']:.0f}; attempt p99 "
+              f"{row['attempt_p99_ms']:.0f} ms; accepted {row['accepted_per_second']:.0f}/s delivered "
+              f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}", flush=True)
+        return row
+
+    def profile_into(self, label: str, seconds: float, wall: bool = False, **procs) -> list[subprocess.Popen]:
         """py-spy record --gil (samples of the thread holding the GIL: where the process's Python CPU goes) of each
-        process group in `procs` for `seconds`, into `--profile`'s directory as <name>-<label>.txt (collapsed)."""
+        process group in `procs` for `seconds`, into `--profile`'s directory as <name>-<label>.txt (collapsed).
+        `wall`: every thread instead, running or waiting, named (--idle --threads): where each thread's time goes."""
         directory = Path(self.profile_dir)
         directory.mkdir(parents=True, exist_ok=True)
-        return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses", "--gil",
-                                  "--rate", "250", "--duration", str(max(1, round(seconds))), "--format", "raw",
+        which = ["--idle", "--threads"] if wall else ["--gil"]
+        return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses", *which,
+                                  "--rate", "100" if wall else "250", "--duration", str(max(1, round(seconds))), "--format", "raw",
                                   "--nonblocking", "--output", str(directory / f"{name}-{label}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name, proc in procs.items()]
 
-    def profile(self, rate: int, **procs) -> list[subprocess.Popen]:
-        """py-spy record (on-CPU samples, collapsed stacks) of each process group in `procs` for the offering
-        of `rate`, into `--sustained-profile`'s directory as <name>-<rate>.txt."""
+    def profile(self, label: str, **procs) -> list[subprocess.Popen]:
+        """py-spy record (on-CPU samples, collapsed stacks) of each process group in `procs` for one offering
+        (`label`: the side and the rate), into `--sustained-profile`'s directory as <name>-<label>.txt."""
         directory = Path(self.sustained_profile)
         directory.mkdir(parents=True, exist_ok=True)
         return [subprocess.Popen([str(stack.BIN / "py-spy"), "record", "--pid", str(proc.pgid), "--subprocesses",
                                   "--rate", "50", "--duration", str(round(self.sustained_seconds)), "--format", "raw",
-                                  "--nonblocking", "--output", str(directory / f"{name}-{rate}.txt")],
+                                  "--nonblocking", "--output", str(directory / f"{name}-{label}.txt")],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 for name, proc in procs.items()]
 

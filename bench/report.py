@@ -47,6 +47,9 @@ TARGETS = {
     "erasure_p99_ratio": ("others' intake p99 during the erasure vs without", "<= 1.50x"),
     "sustained": ("sustained load: highest offered events/s with every event delivered and post-to-arrival p99 "
                   "<= 1 s (of 100, 200, 400, 800)", ">= 200"),
+    "sustained_ratio": ("sustained load: that highest rate, Herald against the plain DRF + Celery on-commit sender",
+                        ">= 2.00x"),
+    "sustained_p50": ("sustained load: post-to-arrival p50 at 100 events/s", "<= 50 ms"),
 }
 
 
@@ -170,6 +173,13 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
     if "sustained" in results:
         held = results["sustained"]["highest_rate"]
         rows.append((*TARGETS["sustained"], f"{held}/s" if held else "none", held >= 200))
+        plain = results["sustained"].get("plain_highest_rate")
+        if plain is not None:  # runs before issue 35 item 3 measured Herald alone
+            ratio = held / plain if plain else float("inf")
+            rows.append((*TARGETS["sustained_ratio"], f"{ratio:.2f}x ({held} / {plain} per s)", ratio >= 2))
+        at_100 = [r for r in results["sustained"]["rows"] if r["rate"] == 100]
+        if at_100:
+            rows.append((*TARGETS["sustained_p50"], f"{at_100[0]['p50_ms']:.1f} ms", at_100[0]["p50_ms"] <= 50))
     if "prune" in results:
         rate = results["prune"]["rows_per_second"]
         rows.append((*TARGETS["prune_rate"], f"{rate:,.0f}", rate >= 100_000))
@@ -276,6 +286,13 @@ def markdown(results: dict) -> str:
                       + (f" The caps allow {r['ideal_per_second']:,}/s; the machine's CPU was "
                          f"{d['machine_busy']:.0%} busy over the default drain ({h['machine_busy']:.0%} with 100)."
                          if "ideal_per_second" in r else "")]
+        if r.get("engine_profile"):
+            p = r["engine_profile"]
+            shares = "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] else "")
+                               for phase, v in p["phases"].items())
+            lines += ["", f"Where the worker's engine thread spent its time in an extra, unmeasured round "
+                          f"(`--profile DIR`: py-spy, every thread sampled running or waiting, {p['samples']:,} samples "
+                          f"of the engine thread; that round drained {p['per_second']:,}/s): {shares}."]
     if "scaling" in results:
         lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
                       "PostgreSQL and the receiver on the same cores:", "",
@@ -393,18 +410,28 @@ def markdown(results: dict) -> str:
     if "sustained" in results:
         r = results["sustained"]
         seconds = r["rows"][0]["seconds"] if r["rows"] else 0
+        plain = "plain_rows" in r
         lines += ["", f"Sustained load, end to end: events offered at a fixed rate for {seconds:g} s each by "
                       f"{r['threads']} open-loop client threads (latency from the instant each POST was due), one "
-                      f"endpoint (cap {r['endpoint_cap']}) on the fast receiver, the stack as `scripts/up` runs it; "
-                      f"highest rate with every event delivered and p99 <= 1 s: {r['highest_rate'] or 'none'}"
-                      + ("/s." if r["highest_rate"] else "."), "",
-                  "| offered/s | offered | accepted | delivered | accepted/s | delivered/s | post→arrival p50 / p99 / max ms "
-                  "| due→202 p99 ms | 202→attempt p99 ms | CPU busy |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for row in r["rows"]:
-            lines.append(f"| {row['rate']} | {row['offered']:,} | {row['accepted']:,} | {row['delivered']:,} | "
-                         f"{row['accepted_per_second']:.0f} | {row['delivered_per_second']:.0f} | {row['p50_ms']:,.0f} / "
-                         f"{row['p99_ms']:,.0f} / {row['max_ms']:,.0f} | {row['intake_p99_ms']:,.0f} | "
-                         f"{row['to_attempt_p99_ms']:,.0f} | {row['machine_busy']:.0%} |")
+                      f"endpoint (cap {r['endpoint_cap']}) on the fast receiver, the stack as `scripts/up` runs it"
+                      + ("; the plain sender (a DRF view doing the same key bookkeeping, one Celery task per event "
+                         "enqueued on commit, no event row, no signature, no record) on the same stack, the two "
+                         "in ABBA order rate by rate" if plain else "")
+                      + f"; highest rate with every event delivered and p99 <= 1 s: Herald "
+                      + (f"{r['highest_rate']}/s" if r["highest_rate"] else "none")
+                      + (f", the plain sender {r['plain_highest_rate']}/s" if plain and r["plain_highest_rate"]
+                         else ", the plain sender none" if plain else "") + ".", "",
+                  "| sender | offered/s | offered | accepted | delivered | accepted/s | delivered/s "
+                  "| post→arrival p50 / p99 / max ms | due→202 p99 ms | 202→attempt p99 ms | CPU busy |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        sides = [("Herald", r["rows"])] + ([("plain", r["plain_rows"])] if plain else [])
+        for name, side_rows in sides:
+            for row in side_rows:
+                to_attempt = row["to_attempt_p99_ms"]
+                lines.append(f"| {name} | {row['rate']} | {row['offered']:,} | {row['accepted']:,} | {row['delivered']:,} | "
+                             f"{row['accepted_per_second']:.0f} | {row['delivered_per_second']:.0f} | {row['p50_ms']:,.0f} / "
+                             f"{row['p99_ms']:,.0f} / {row['max_ms']:,.0f} | {row['intake_p99_ms']:,.0f} | "
+                             f"{'-' if to_attempt != to_attempt else f'{to_attempt:,.0f}'} | {row['machine_busy']:.0%} |")
     if results.get("cost", {}).get("rows"):
         rows = results["cost"]["rows"]
         lines += ["", ("Cost per delivered event (`cost`: posted through the API by 8 threads, a stack of its own on a "
@@ -659,6 +686,9 @@ def readme_figures(results: dict) -> str:
             text += f"every event delivered with p99 {rows[held]['p99_ms']:,.0f} ms at {held} events/s"
         else:
             text += "no rate held (every event delivered with p99 under 1 s)"
+        if r.get("plain_rows") is not None:
+            text += (f" (the plain DRF + Celery on-commit sender: {r['plain_highest_rate']}/s)"
+                     if r["plain_highest_rate"] else " (the plain DRF + Celery on-commit sender: no rate held)")
         above = [rate for rate in rows if rate > held]
         if above:
             text += f", p99 {rows[above[0]]['p99_ms'] / 1000:.1f} s at {above[0]}/s"
