@@ -82,6 +82,7 @@ class Bench:
         self.sustained_seconds = sustained_seconds or (2 if smoke else 10 if quick else 30)
         self.sustained_rates = (20,) if smoke else sustained_rates
         self.sustained_profile = sustained_profile
+        self.sustained_cap = 10  # --sustained-cap: the endpoint's cap in `sustained` (10, the default, as users get it)
         self.fairness_parts: set[str] = set()  # --fairness-parts: only these figures of `fairness` (never into results/)
         self.profile_dir: str | None = None  # --profile: py-spy during an extra, unmeasured round of intake and batch
         self.seconds = 1 if smoke else 4 if quick else 8
@@ -2149,7 +2150,7 @@ class Bench:
     def sustained(self):
         """Issue 23 item 4 and issue 35 item 3: events offered at a fixed rate (open loop, 64 client threads:
         bench/openloop.py) for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to Herald (one endpoint,
-        the default cap of 10 in flight, as `demo_setup` makes it) and to the plain sender (bench/floor.py's
+        the default cap of 10 in flight, as `demo_setup` makes it; `--sustained-cap` sets another) and to the plain sender (bench/floor.py's
         PlainSenderView: the key bookkeeping and one Celery task per event enqueued on commit), both to the fast
         local receiver, in ABBA order rate by rate, on one stack as `scripts/up` runs it (the Procfile: gunicorn
         with `--access-logfile -`, one `celery -A config worker`, beat, every log at INFO in JSON; gunicorn serves
@@ -2160,7 +2161,7 @@ class Bench:
         side's highest rate at which every event arrived with p99 ≤ 1 s."""
         from bench.openloop import offer
 
-        tenant, token = self.tenant_with_endpoints("sustained", ["/sustained"])
+        tenant, token = self.tenant_with_endpoints("sustained", ["/sustained"], max_in_flight=self.sustained_cap)
         verbose = {"LOG_LEVEL": "INFO", "HERALD_LOG_LEVEL": "INFO", "HERALD_LOG_FORMAT": "json"}
         web = self.start(stack.gunicorn(stack.free_port(), app="bench.wsgi", name="gunicorn-up",
                                         args=("--access-logfile", "-"), BENCH_FLOOR_CREDENTIAL_ID=self.floor_credential.id,
@@ -2189,7 +2190,7 @@ class Bench:
 
         held, plain_held = highest(rows["herald"]), highest(rows["plain"])
         self.results["sustained"] = {"rows": rows["herald"], "plain_rows": rows["plain"], "highest_rate": held,
-                                     "plain_highest_rate": plain_held, "threads": 64, "endpoint_cap": 10,
+                                     "plain_highest_rate": plain_held, "threads": 64, "endpoint_cap": self.sustained_cap,
                                      "order": "abba"}
         print(f"sustained: highest rate with every event delivered and p99 <= 1 s: Herald {held}/s, "
               f"the plain sender {plain_held}/s", flush=True)
@@ -2492,6 +2493,8 @@ def main():
                         help="how long `sustained` offers each rate (default 30; 10 with --quick)")
     parser.add_argument("--sustained-rates", default="100,200,400,800",
                         help="the events/s `sustained` offers, in order (default 100,200,400,800)")
+    parser.add_argument("--sustained-cap", type=int, default=10,
+                        help="the endpoint's cap of attempts in flight in `sustained` (default 10, the default cap)")
     parser.add_argument("--sustained-profile", metavar="DIR",
                         help="record a py-spy profile of gunicorn and the worker during each rate of `sustained` into DIR "
                              "(it costs CPU: not for the measured runs)")
@@ -2518,6 +2521,7 @@ def main():
     only = set(args.only.split(",")) if args.only else None
     bench = Bench(args.quick, args.rounds, args.sustained_seconds, tuple(int(r) for r in args.sustained_rates.split(",")),
                   args.sustained_profile, smoke=args.smoke, out=out)
+    bench.sustained_cap = args.sustained_cap
     bench.profile_dir = args.profile
     bench.fairness_parts = set(args.fairness_parts.split(",")) if args.fairness_parts else set()
     started = time.monotonic()
