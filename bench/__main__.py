@@ -2150,14 +2150,16 @@ class Bench:
     def sustained(self):
         """Issue 23 item 4 and issue 35 item 3: events offered at a fixed rate (open loop, 64 client threads:
         bench/openloop.py) for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to Herald (one endpoint,
-        the default cap of 10 in flight, as `demo_setup` makes it; `--sustained-cap` sets another) and to the plain sender (bench/floor.py's
-        PlainSenderView: the key bookkeeping and one Celery task per event enqueued on commit), both to the fast
+        the default cap of 10 in flight, as `demo_setup` makes it; `--sustained-cap` sets another) and to the plain
+        sender (bench/floor.py's PlainSenderView: the key bookkeeping and one Celery task per event enqueued on
+        commit), both to the fast
         local receiver, in ABBA order rate by rate, on one stack as `scripts/up` runs it (the Procfile: gunicorn
         with `--access-logfile -`, one `celery -A config worker`, beat, every log at INFO in JSON; gunicorn serves
         bench.wsgi, which hands /api/v1/ to Herald's application and /floor/ to the same handler). Per rate and
         side: offered, accepted (202), delivered (each accepted event's first arrival, after a grace period),
         post-to-arrival latency counted from the instant each POST was due, where the time went (due → 202, and
-        for Herald 202 → the attempt's start in the worker, the attempt), the CPU each process used; and each
+        for Herald 202 → the attempt's start in the worker, the attempt), the CPU each process used, what
+        PostgreSQL's busy backends ran (stack.ActivitySampler); and each
         side's highest rate at which every event arrived with p99 ≤ 1 s."""
         from bench.openloop import offer
 
@@ -2208,7 +2210,9 @@ class Bench:
         profilers = (self.profile(f"{side}-{rate}", web=procs["web"], worker=procs["worker"])
                      if self.sustained_profile else [])
         started = time.time()
-        sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"{side}{rate}-{uuid.uuid4().hex[:8]}")
+        # PostgreSQL's side: what its busy backends ran, sampled every 20 ms through the offering
+        with stack.ActivitySampler() as activity:
+            sent = offer(url, token, rate=rate, seconds=self.sustained_seconds, run=f"{side}{rate}-{uuid.uuid4().hex[:8]}")
         offered_until = time.time()
         for profiler in profilers:
             profiler.wait(60)
@@ -2263,6 +2267,7 @@ class Bench:
             "to_attempt_p50_ms": percentile(to_attempt, 50), "to_attempt_p99_ms": percentile(to_attempt, 99),
             "attempt_p50_ms": percentile(attempt, 50), "attempt_p99_ms": percentile(attempt, 99),
             "cpu_cores": cpu, "cpu_cores_by_command": others, "machine_busy": busy, "timeline": timeline,
+            "postgres_active": activity.top(6),
         }
         print(f"sustained {side:6} {rate:4}/s x {self.sustained_seconds:g}s: offered {row['offered']} accepted "
               f"{row['accepted']} delivered {row['delivered']} (dup {row['duplicates']}); post->arrival p50 "
@@ -2270,7 +2275,8 @@ class Bench:
               f"{row['intake_p50_ms']:.0f} p99 {row['intake_p99_ms']:.0f}; 202->attempt p50 "
               f"{row['to_attempt_p50_ms']:.0f} p99 {row['to_attempt_p99_ms']:.0f}; attempt p99 "
               f"{row['attempt_p99_ms']:.0f} ms; accepted {row['accepted_per_second']:.0f}/s delivered "
-              f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}", flush=True)
+              f"{row['delivered_per_second']:.0f}/s; cores {cpu} busy {busy:.2f}; by command {others}; PostgreSQL's "
+              f"backends at once, by statement: {row['postgres_active']}", flush=True)
         return row
 
     def profile_into(self, label: str, seconds: float, wall: bool = False, **procs) -> list[subprocess.Popen]:
