@@ -5,11 +5,13 @@ stops a real worker with attempts in flight.
 """
 import os
 import signal
+import threading
 import time
 
 import pytest
 from django.db import connection
 
+from tests.conftest import other_session, wait_until
 from tests.processes import celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt
@@ -111,6 +113,43 @@ def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
                            "RENAME TO herald_delivery_claim_many")
     assert engine.run(ids)  # what the dispatcher would publish again
     assert set(_statuses(ids).values()) == {"succeeded"}
+
+
+def _record_waits_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND query LIKE '%%herald_delivery_record_many%%' AND pid <> pg_backend_pid()")
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_record_that_waits_does_not_hold_up_the_next_claims(api, receiver, engine):
+    """Finished attempts go to the engine's recorder thread: while one record waits (here on its endpoint's row,
+    locked by another transaction), the engine goes on claiming and sending."""
+    held = _deliveries(api, receiver.url("/held"), 1)
+    endpoint_id = Delivery.objects.get(pk=held[0]).endpoint_id
+    other = _deliveries(api, receiver.url("/other"), 1)
+    locker = other_session(autocommit=False)
+    locked = threading.Event()
+
+    def lock_the_endpoint(received):  # on the receiver's thread, before it answers (0.2 s later)
+        if received.path == "/held":
+            locker.execute("SELECT 1 FROM webhooks_endpoint WHERE id = %s FOR NO KEY UPDATE", [endpoint_id])
+            locked.set()
+
+    receiver.on_request = lock_the_endpoint
+    receiver.script("/held", Answer(delay=0.2))
+    try:
+        engine.submit(held[0])
+        assert locked.wait(10)
+        wait_until(_record_waits_on_a_lock, 10, message="the record of /held waiting on its endpoint's lock")
+        engine.submit(other[0])
+        receiver.wait_for(1, "/other", timeout=5)  # claimed and sent while that record still waits
+        assert _statuses(held) == {held[0]: "pending"} and _record_waits_on_a_lock()
+    finally:
+        locker.rollback()
+        locker.close()
+    assert engine.drain(10)
+    assert _statuses(held + other) == {held[0]: "succeeded", other[0]: "succeeded"}
 
 
 @pytest.mark.slow
