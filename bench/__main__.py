@@ -63,6 +63,12 @@ ENGINE_PHASES = {
     "waking parked endpoints": ("Engine._wake_due_endpoints",),
     "closing connections": ("close_all", "close_old_connections"),
 }
+# ... and its recorder thread (records the finished attempts the engine hands it).
+RECORDER_PHASES = {
+    "waiting for finished attempts": ("Engine._record_loop",),
+    "recording": ("Engine._record_now",),
+    "closing connections": ("close_all", "close_old_connections"),
+}
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
@@ -1017,10 +1023,13 @@ class Bench:
             extra = self.drain(per_endpoint * 6 * endpoints, "slow", profile="slow-receivers", profile_wall=True,
                                profile_seconds=8)
             self.cancel_backlog()
-            profiled = thread_phases(Path(self.profile_dir) / "worker-slow-receivers.txt", "herald-engine", ENGINE_PHASES)
+            recorded = Path(self.profile_dir) / "worker-slow-receivers.txt"
+            profiled = thread_phases(recorded, "herald-engine", ENGINE_PHASES)
             profiled["per_second"] = round(extra["per_second"])
+            profiled["recorder"] = thread_phases(recorded, "herald-recorder", RECORDER_PHASES)
             print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
-                  f"({profiled['samples']} samples): {profiled['phases']}", flush=True)
+                  f"({profiled['samples']} samples): {profiled['phases']}; the recorder thread's: "
+                  f"{profiled['recorder']['phases']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         if profiled:
             result["engine_profile"] = profiled

@@ -288,11 +288,15 @@ def markdown(results: dict) -> str:
                          if "ideal_per_second" in r else "")]
         if r.get("engine_profile"):
             p = r["engine_profile"]
-            shares = "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] else "")
-                               for phase, v in p["phases"].items())
+            def shares(phases):
+                return "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] else "")
+                                 for phase, v in phases.items())
+
+            recorder = p.get("recorder", {})
             lines += ["", f"Where the worker's engine thread spent its time in an extra, unmeasured round "
                           f"(`--profile DIR`: py-spy, every thread sampled running or waiting, {p['samples']:,} samples "
-                          f"of the engine thread; that round drained {p['per_second']:,}/s): {shares}."]
+                          f"of the engine thread; that round drained {p['per_second']:,}/s): {shares(p['phases'])}."
+                          + (f" Its recorder thread: {shares(recorder['phases'])}." if recorder.get("samples") else "")]
     if "scaling" in results:
         lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
                       "PostgreSQL and the receiver on the same cores:", "",
