@@ -1020,16 +1020,19 @@ class Bench:
             from bench.threads import thread_phases
 
             self.make_deliveries(tenant, per_endpoint * 6)
-            extra = self.drain(per_endpoint * 6 * endpoints, "slow", profile="slow-receivers", profile_wall=True,
-                               profile_seconds=8)
+            with stack.ActivitySampler() as activity:  # and PostgreSQL's side: what its busy backends ran, and on what
+                extra = self.drain(per_endpoint * 6 * endpoints, "slow", profile="slow-receivers", profile_wall=True,
+                                   profile_seconds=8)
             self.cancel_backlog()
             recorded = Path(self.profile_dir) / "worker-slow-receivers.txt"
             profiled = thread_phases(recorded, "herald-engine", ENGINE_PHASES)
             profiled["per_second"] = round(extra["per_second"])
             profiled["recorder"] = thread_phases(recorded, "herald-recorder", RECORDER_PHASES)
+            profiled["postgres_active"] = activity.top(6)
             print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
                   f"({profiled['samples']} samples): {profiled['phases']}; the recorder thread's: "
-                  f"{profiled['recorder']['phases']}", flush=True)
+                  f"{profiled['recorder']['phases']}; PostgreSQL's backends at once, by statement and wait: "
+                  f"{profiled['postgres_active']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         if profiled:
             result["engine_profile"] = profiled

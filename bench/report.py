@@ -296,7 +296,10 @@ def markdown(results: dict) -> str:
             lines += ["", f"Where the worker's engine thread spent its time in an extra, unmeasured round "
                           f"(`--profile DIR`: py-spy, every thread sampled running or waiting, {p['samples']:,} samples "
                           f"of the engine thread; that round drained {p['per_second']:,}/s): {shares(p['phases'])}."
-                          + (f" Its recorder thread: {shares(recorder['phases'])}." if recorder.get("samples") else "")]
+                          + (f" Its recorder thread: {shares(recorder['phases'])}." if recorder.get("samples") else "")
+                          + (" PostgreSQL's busy backends, on average at once, by statement [and what they waited on]: "
+                             + ", ".join(f"{k} {v}" for k, v in p["postgres_active"].items()) + "."
+                             if p.get("postgres_active") else "")]
     if "scaling" in results:
         lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
                       "PostgreSQL and the receiver on the same cores:", "",
