@@ -289,7 +289,7 @@ def markdown(results: dict) -> str:
         if r.get("engine_profile"):
             p = r["engine_profile"]
             def shares(phases):
-                return "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] else "")
+                return "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] >= 0.005 else "")
                                  for phase, v in phases.items())
 
             recorder = p.get("recorder", {})
@@ -298,7 +298,7 @@ def markdown(results: dict) -> str:
                           f"of the engine thread; that round drained {p['per_second']:,}/s): {shares(p['phases'])}."
                           + (f" Its recorder thread: {shares(recorder['phases'])}." if recorder.get("samples") else "")
                           + (" PostgreSQL's busy backends, on average at once, by statement [and what they waited on]: "
-                             + ", ".join(f"{k} {v}" for k, v in p["postgres_active"].items()) + "."
+                             + ", ".join(f"{k.strip()} {v}" for k, v in p["postgres_active"].items()) + "."
                              if p.get("postgres_active") else "")]
     if "scaling" in results:
         lines += ["", "Scaling: 1, 2 and 4 `celery -A config worker` processes (100 threads each) on this machine, "
