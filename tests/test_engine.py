@@ -115,10 +115,12 @@ def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
     assert set(_statuses(ids).values()) == {"succeeded"}
 
 
-def _record_waits_on_a_lock() -> bool:
+def _record_waits_on(locker) -> bool:
+    """Whether this database's record of a batch is waiting on the lock `locker` (a session) holds."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND query LIKE '%%herald_delivery_record_many%%' AND pid <> pg_backend_pid()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND query LIKE '%%herald_delivery_record_many%%' AND %s = ANY(pg_blocking_pids(pid))",
+                       [locker.info.backend_pid])
         return cursor.fetchone()[0] > 0
 
 
@@ -141,11 +143,12 @@ def test_a_record_that_waits_does_not_hold_up_the_next_claims(api, receiver, eng
     try:
         engine.submit(held[0])
         assert locked.wait(10)
-        wait_until(_record_waits_on_a_lock, 10, message="the record of /held waiting on its endpoint's lock")
+        wait_until(lambda: _record_waits_on(locker), 10, message="the record of /held waiting on its endpoint's lock")
         engine.submit(other[0])
         receiver.wait_for(1, "/other", timeout=5)  # claimed and sent while that record still waits
-        assert _statuses(held) == {held[0]: "pending"} and _record_waits_on_a_lock()
+        assert _statuses(held) == {held[0]: "pending"} and _record_waits_on(locker)
     finally:
+        receiver.on_request = None
         locker.rollback()
         locker.close()
     assert engine.drain(10)

@@ -190,10 +190,14 @@ class Engine:
         except BlockingIOError:
             pass
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
         with self._recordable:  # what the engine's last turn finished is recorded before the recorder ends
             self._recorder_stopping = True
             self._recordable.notify()
         self._recorder.join(timeout)
+        if self._recorder.is_alive():
+            logger.warning("engine.stop_timed_out", extra={"thread": "recorder", "seconds": timeout})
         self._preparing.shutdown(wait=True, cancel_futures=True)
         self._brokers.stop()
 
@@ -527,19 +531,18 @@ class Engine:
                 finished, self._to_record = self._to_record, []
                 if not finished:  # stopping, nothing left
                     return
+            self._record_now(finished)  # releases their slots whatever happens
             try:
-                close_old_connections()
-                self._record_now(finished)
-            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch
-                logger.exception("engine.record_loop_failed")
-            finally:
                 connections.close_all()  # its connection goes back to the pool (or is closed: no pool)
+            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch
+                logger.exception("engine.recorder_close_failed")
 
     def _record_now(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         outcomes = [outcome for outcome, _ in finished]
         statuses: list = [None] * len(outcomes)
         record_batch = None
         try:
+            close_old_connections()
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
                 statuses = record.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
