@@ -61,13 +61,13 @@ ENGINE_PHASES = {
     "recording": ("Engine._record",),
     "libcurl": ("Engine._drive", "Engine._finish"),
     "waking parked endpoints": ("Engine._wake_due_endpoints",),
-    "closing connections": ("close_all", "close_old_connections"),
+    "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
 }
 # ... and its recorder thread (records the finished attempts the engine hands it).
 RECORDER_PHASES = {
     "waiting for finished attempts": ("Engine._record_loop",),
     "recording": ("Engine._record_now",),
-    "closing connections": ("close_all", "close_old_connections"),
+    "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
 }
 
 

@@ -51,15 +51,17 @@ class PlainSenderView(APIView):
         key = store.Key(credential_id=int(os.environ["BENCH_FLOOR_CREDENTIAL_ID"]),
                         key=request.META["HTTP_IDEMPOTENCY_KEY"], fingerprint="0" * 64)
         existing = store.key_read(key)
-        if existing is not None:
+        if existing is not None and not existing.expired:
             return Response(json.loads(existing.response_body), status=existing.response_status)
         event = request.data
         event_id = f"msg_{uuid.uuid4().hex}"
         body = json.dumps({"id": event_id, "type": event.get("type")}).encode()
         url = os.environ["BENCH_SENDER_RECEIVER_URL"]
         with store.key_transaction():
-            store.key_claim(key)
+            answered = store.key_claim(key)  # another request with this key finished while this one waited
+            if answered is not None:
+                return Response(json.loads(answered.response_body), status=answered.response_status)
             transaction.on_commit(lambda: floor_post.delay(event_id, url))
             store.key_store(key, method="POST", path="/floor/send", status=202, headers=[], body=body,
-                            encrypt=False, retention_seconds=86400, replace_expired=False, commit=True)
+                            encrypt=False, retention_seconds=86400, replace_expired=existing is not None, commit=True)
         return Response(json.loads(body), status=202)
