@@ -531,10 +531,13 @@ class Engine:
                 finished, self._to_record = self._to_record, []
                 if not finished:  # stopping, nothing left
                     return
-            self._record_now(finished)  # releases their slots whatever happens
+            try:
+                self._record_now(finished)  # releases their slots whatever happens
+            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch (a trace's end failing)
+                logger.exception("engine.record_loop_failed")
             try:
                 connections.close_all()  # its connection goes back to the pool (or is closed: no pool)
-            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch
+            except Exception:  # noqa: BLE001 - as above
                 logger.exception("engine.recorder_close_failed")
 
     def _record_now(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
