@@ -5,13 +5,11 @@ stops a real worker with attempts in flight.
 """
 import os
 import signal
-import threading
 import time
 
 import pytest
 from django.db import connection
 
-from tests.conftest import other_session, wait_until
 from tests.processes import celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt
@@ -113,46 +111,6 @@ def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
                            "RENAME TO herald_delivery_claim_many")
     assert engine.run(ids)  # what the dispatcher would publish again
     assert set(_statuses(ids).values()) == {"succeeded"}
-
-
-def _record_waits_on(locker) -> bool:
-    """Whether this database's record of a batch is waiting on the lock `locker` (a session) holds."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND query LIKE '%%herald_delivery_record_many%%' AND %s = ANY(pg_blocking_pids(pid))",
-                       [locker.info.backend_pid])
-        return cursor.fetchone()[0] > 0
-
-
-def test_a_record_that_waits_does_not_hold_up_the_next_claims(api, receiver, engine):
-    """Finished attempts go to the engine's recorder thread: while one record waits (here on its endpoint's row,
-    locked by another transaction), the engine goes on claiming and sending."""
-    held = _deliveries(api, receiver.url("/held"), 1)
-    endpoint_id = Delivery.objects.get(pk=held[0]).endpoint_id
-    other = _deliveries(api, receiver.url("/other"), 1)
-    locker = other_session(autocommit=False)
-    locked = threading.Event()
-
-    def lock_the_endpoint(received):  # on the receiver's thread, before it answers (0.2 s later)
-        if received.path == "/held":
-            locker.execute("SELECT 1 FROM webhooks_endpoint WHERE id = %s FOR NO KEY UPDATE", [endpoint_id])
-            locked.set()
-
-    receiver.on_request = lock_the_endpoint
-    receiver.script("/held", Answer(delay=0.2))
-    try:
-        engine.submit(held[0])
-        assert locked.wait(10)
-        wait_until(lambda: _record_waits_on(locker), 10, message="the record of /held waiting on its endpoint's lock")
-        engine.submit(other[0])
-        receiver.wait_for(1, "/other", timeout=5)  # claimed and sent while that record still waits
-        assert _statuses(held) == {held[0]: "pending"} and _record_waits_on(locker)
-    finally:
-        receiver.on_request = None
-        locker.rollback()
-        locker.close()
-    assert engine.drain(10)
-    assert _statuses(held + other) == {held[0]: "succeeded", other[0]: "succeeded"}
 
 
 @pytest.mark.slow

@@ -8,13 +8,10 @@ more attempts in flight than that. The engine thread:
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- hands the attempts that finished to its recorder thread, which records whatever has finished since its
-  last call in one call (`record.deliveries_record`) on a PostgreSQL connection of its own, while the
-  engine goes on claiming and sending; the record also gives freed slots to parked deliveries, which the
-  engine claims itself on its next turn, without a round trip through the broker (if the worker dies
-  first, beat's dispatcher finds them unclaimed and publishes them). One thread doing both waited on
-  PostgreSQL for two thirds of its time, its records holding up the claims (docs/benchmarks.md, slow
-  receivers);
+- records the attempts that finished in one call (`record.deliveries_record`), which also gives freed
+  slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
+  through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
+  publishes them);
 - prepares, on a small pool of threads, the attempts that must wait for something before they can be
   sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/delivery/destinations/access.py),
   and sends them once ready. Each preparation has the attempt's whole deadline, counted from when its
@@ -148,12 +145,6 @@ class Engine:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._stopping = False
-        # finished attempts waiting for the recorder thread, which records them in one call
-        self._recordable = threading.Condition()
-        self._to_record: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
-        self._recorder_stopping = False
-        self._recorder = threading.Thread(target=self._record_loop, name="herald-recorder", daemon=True)
-        self._recorder.start()
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
         self._thread.start()
 
@@ -190,27 +181,14 @@ class Engine:
         except BlockingIOError:
             pass
         self._thread.join(timeout)
-        if self._thread.is_alive():
-            logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
-        with self._recordable:  # what the engine's last turn finished is recorded before the recorder ends
-            self._recorder_stopping = True
-            self._recordable.notify()
-        self._recorder.join(timeout)
-        if self._recorder.is_alive():
-            logger.warning("engine.stop_timed_out", extra={"thread": "recorder", "seconds": timeout})
         self._preparing.shutdown(wait=True, cancel_futures=True)
         self._brokers.stop()
 
     def _take(self, delivery_ids: list[str]) -> None:
-        """Deliveries handed on by a record (on the recorder thread) or a wake-up: claimed on the engine's next
-        turn (they fill only freed slots)."""
+        """Deliveries handed on by a record: claimed on the next turn (they fill only freed slots)."""
         with self._changed:
             self._held += len(delivery_ids)
             self._submitted.extend(delivery_ids)
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass  # a wake-up is already pending
 
     def _release(self, count: int) -> None:
         with self._changed:
@@ -517,35 +495,10 @@ class Engine:
         self._record(outcomes)
 
     def _record(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
-        """Hand finished attempts to the recorder thread (the engine does not wait for their record)."""
-        with self._recordable:
-            self._to_record.extend(finished)
-            self._recordable.notify()
-
-    # -- the recorder thread
-
-    def _record_loop(self) -> None:
-        while True:
-            with self._recordable:
-                self._recordable.wait_for(lambda: self._to_record or self._recorder_stopping)
-                finished, self._to_record = self._to_record, []
-                if not finished:  # stopping, nothing left
-                    return
-            try:
-                self._record_now(finished)  # releases their slots whatever happens
-            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch (a trace's end failing)
-                logger.exception("engine.record_loop_failed")
-            try:
-                connections.close_all()  # its connection goes back to the pool (or is closed: no pool)
-            except Exception:  # noqa: BLE001 - as above
-                logger.exception("engine.recorder_close_failed")
-
-    def _record_now(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         outcomes = [outcome for outcome, _ in finished]
         statuses: list = [None] * len(outcomes)
         record_batch = None
         try:
-            close_old_connections()
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
                 statuses = record.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again

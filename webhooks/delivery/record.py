@@ -86,7 +86,7 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
     """The slow path for a batch, in one transaction: its endpoints locked (in id order), each attempt's breaker
     change worked out in turn from its endpoint's state after the ones before it, the breakers written in one
     statement, the attempts recorded in one call, then the 410s' disables and the operational events. A failing
-    endpoint's attempts cost the recorder a few statements in all, not a transaction each, so one tenant
+    endpoint's attempts cost a turn of the engine a few statements in all, not a transaction each, so one tenant
     whose endpoints fail in bulk does not hold up the claims of everyone else's (SPEC §10)."""
     limits = herald_settings.breaker
     with transaction.atomic(), connection.cursor() as cursor:
