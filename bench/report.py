@@ -175,7 +175,7 @@ def headline(results: dict) -> list[tuple[str, str, str, bool]]:
         rows.append((*TARGETS["sustained"], f"{held}/s" if held else "none", held >= 200))
         plain = results["sustained"].get("plain_highest_rate")
         if plain is not None:  # runs before issue 35 item 3 measured Herald alone
-            ratio = held / plain if plain else float("inf")
+            ratio = held / plain if plain else (float("inf") if held else 0.0)  # neither held: no ratio to meet
             rows.append((*TARGETS["sustained_ratio"], f"{ratio:.2f}x ({held} / {plain} per s)", ratio >= 2))
         at_100 = [r for r in results["sustained"]["rows"] if r["rate"] == 100]
         if at_100:

@@ -16,6 +16,13 @@ def test_headline_flags_missed_targets(tmp_path):
     assert rows["intake replay vs floor"][1] == (herald["rps"] / floor["rps"] >= 1.0)
     assert rows["prune rows/s"][1] == (results["prune"]["rows_per_second"] >= 100_000)
 
+    sustained = results["sustained"]
+    ratio_row = "sustained load: that highest rate, Herald against the plain DRF + Celery on-commit sender"
+    assert rows[ratio_row][1] == (sustained["highest_rate"] >= 2 * sustained["plain_highest_rate"] > 0)
+    # neither side holding any rate is no ratio met
+    nothing = {**results, "sustained": {**sustained, "highest_rate": 0, "plain_highest_rate": 0}}
+    assert dict((n, ok) for n, _, _, ok in headline(nothing))[ratio_row] is False
+
     # the same results with a slow prune fail that target
     results["prune"]["rows_per_second"] = 50_000
     assert dict((n, ok) for n, _, _, ok in headline(results))["prune rows/s"] is False
