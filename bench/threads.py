@@ -3,9 +3,10 @@
 py-spy's raw output is one line per distinct stack: `thread (tid): name;frame;frame;... count` (with
 `--subprocesses`, `process pid:"cmdline";` before it). With `--idle` a thread is sampled whether it runs
 or waits, so the shares of a thread's samples are shares of its wall-clock time. `phases` names the
-phase of a stack by the innermost of its frames whose function is one of the given names (a qualified
-name, `Engine._record`, or a plain one); a stack with none of them is `other`. Within each phase, the samples whose stack reaches psycopg
-(waiting on PostgreSQL, or building and reading its messages) are counted apart.
+phase of a stack by the innermost of its frames whose function is one of the given names (py-spy's
+qualified name, `Engine._record`, or a module function's plain one); a stack with none of them is
+`other`. Within each phase, the samples whose stack reaches psycopg (waiting on PostgreSQL, on a pooled
+connection, or building and reading its messages) are counted apart.
 """
 from __future__ import annotations
 
