@@ -1024,8 +1024,7 @@ class Bench:
             profiled["postgres_active"] = activity.top(6)
             print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
                   f"({profiled['samples']} samples): {profiled['phases']}; PostgreSQL's backends at once, by statement "
-                  f"and wait: "
-                  f"{profiled['postgres_active']}", flush=True)
+                  f"and wait: {profiled['postgres_active']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         if profiled:
             result["engine_profile"] = profiled
@@ -2159,15 +2158,15 @@ class Bench:
         bench/openloop.py) for `--sustained-seconds` (30) each at 100, 200, 400 and 800/s, to Herald (one endpoint,
         the default cap of 10 in flight, as `demo_setup` makes it; `--sustained-cap` sets another) and to the plain
         sender (bench/floor.py's PlainSenderView: the key bookkeeping and one Celery task per event enqueued on
-        commit), both to the fast
-        local receiver, in ABBA order rate by rate, on one stack as `scripts/up` runs it (the Procfile: gunicorn
+        commit), both to the fast local receiver, in ABBA order rate by rate, on one stack as `scripts/up` runs
+        it (the Procfile: gunicorn
         with `--access-logfile -`, one `celery -A config worker`, beat, every log at INFO in JSON; gunicorn serves
         bench.wsgi, which hands /api/v1/ to Herald's application and /floor/ to the same handler). Per rate and
         side: offered, accepted (202), delivered (each accepted event's first arrival, after a grace period),
         post-to-arrival latency counted from the instant each POST was due, where the time went (due → 202, and
         for Herald 202 → the attempt's start in the worker, the attempt), the CPU each process used, what
-        PostgreSQL's busy backends ran (stack.ActivitySampler); and each
-        side's highest rate at which every event arrived with p99 ≤ 1 s."""
+        PostgreSQL's busy backends ran (stack.ActivitySampler); and each side's highest rate at which every
+        event arrived with p99 ≤ 1 s."""
         from bench.openloop import offer
 
         tenant, token = self.tenant_with_endpoints("sustained", ["/sustained"], max_in_flight=self.sustained_cap)
