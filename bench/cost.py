@@ -15,7 +15,8 @@ succeeded. Between a snapshot before the first post and one after the last recor
   seconds count too; the commits other databases made in the window are reported beside it), and, where the
   server has pg_walinspect (PostgreSQL 15+, a contrib extension), the same WAL by resource manager (Heap,
   Btree, Transaction, ...), records and full-page images apart: a full-page image is the first change to a
-  page after a checkpoint, so a short run pays for every page it touches once, whatever the rows;
+  page after a checkpoint, so a short run pays for every page it touches once, whatever the rows; and by the
+  relation each record changes (its first block's table or index; a commit record has none);
 - statements, from pg_stat_statements when the server loads it (shared_preload_libraries), else said so; the
   bench database's transactions (pg_stat_database) in any case;
 - broker commands (the private Redis's INFO commandstats delta, by command).
@@ -108,6 +109,33 @@ def _wal_by_kind(cursor, start: str, end: str) -> tuple[dict | None, str | None]
     return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}, None
 
 
+# Each WAL record counted once, against the relation of its first block reference (a B-tree insert's index, a heap
+# insert's table; a commit has none); partitions by their parent's name plus the partition's suffix folded, so that
+# a day's partition and the next day's read as one.
+WAL_BY_RELATION_SQL = r"""
+SELECT coalesce(regexp_replace(c.relname, '_p\d{8}', '_p*'), CASE WHEN r.node IS NULL THEN '(no relation)'
+                ELSE '(another database or a dropped relation)' END) AS name,
+       sum(r.record_length), sum(r.fpi_length)
+  FROM (SELECT substring(block_ref FROM 'blkref #0: rel \d+/\d+/(\d+)')::oid AS node, record_length, fpi_length
+          FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)) r
+  LEFT JOIN pg_class c ON c.relfilenode = r.node AND c.relfilenode <> 0
+ GROUP BY 1"""
+
+
+def _wal_by_relation(cursor, start: str, end: str) -> dict | None:
+    """The WAL between two LSNs by the relation its records change ({name: (records' bytes, full-page images'
+    bytes)}), or None when the server has recycled some of it already (as _wal_by_kind)."""
+    from django.db import OperationalError
+
+    try:
+        cursor.execute(WAL_BY_RELATION_SQL, [start, end])
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != "58P01":
+            raise
+        return None
+    return {name: (int(records), int(fpi)) for name, records, fpi in cursor.fetchall()}
+
+
 def measure(bench) -> dict:
     import redis
     import requests
@@ -149,8 +177,10 @@ def measure(bench) -> dict:
                 seconds = time.monotonic() - started
                 after = _settled_snapshot(cursor, procs, redis_client, settle)
                 wal, note = (None, wal_note) if wal_note else _wal_by_kind(cursor, before["lsn"], after["lsn"])
+                relations = None if wal is None else _wal_by_relation(cursor, before["lsn"], after["lsn"])
             rows.append(per_event(before, after, fan=fan, events=events, seconds=seconds,
-                                  statements_note=statements_note, wal_by_kind=wal, wal_note=note))
+                                  statements_note=statements_note, wal_by_kind=wal, wal_note=note,
+                                  wal_by_relation=relations))
             print(f"cost fan-out {fan}: {format_row(rows[-1])}", flush=True)
             bench.cancel_backlog()
     finally:
@@ -199,7 +229,8 @@ def wait_delivered(Delivery, tenant, count: int, timeout: float = 300) -> None:
 
 
 def per_event(before: dict, after: dict, *, fan: int, events: int, seconds: float, statements_note: str,
-              wal_by_kind: dict | None = None, wal_note: str | None = None) -> dict:
+              wal_by_kind: dict | None = None, wal_note: str | None = None,
+              wal_by_relation: dict | None = None) -> dict:
     def each(value: float, digits: int = 3) -> float:
         return round(value / events, digits)
 
@@ -229,6 +260,8 @@ def per_event(before: dict, after: dict, *, fan: int, events: int, seconds: floa
         "wal_fpi_bytes": each(sum(f for _, f in wal_by_kind.values()), 0) if wal_by_kind is not None else None,
         "wal_by_kind": ({name: {"records": each(r, 0), "fpi": each(f, 0)} for name, (r, f) in sorted(
             wal_by_kind.items(), key=lambda kv: -sum(kv[1]))} if wal_by_kind is not None else None),
+        "wal_by_relation": ({name: {"records": each(r, 0), "fpi": each(f, 0)} for name, (r, f) in sorted(
+            wal_by_relation.items(), key=lambda kv: -sum(kv[1]))} if wal_by_relation is not None else None),
         "wal_note": wal_note or "pg_walinspect's pg_get_wal_stats over the same LSNs (the whole cluster)",
         "other_databases_transactions": after["transactions"].get("others", 0) - before["transactions"].get("others", 0),
         "transactions": each(after["transactions"].get("own", 0) - before["transactions"].get("own", 0), 2),
@@ -249,7 +282,16 @@ def format_row(row: dict) -> str:
             f"{row['wal_bytes']:,.0f} bytes{_wal_parts(row)} (other databases' transactions meanwhile: "
             f"{row['other_databases_transactions']:,}); transactions {row['transactions']}; statements "
             f"{row['statements'] if row['statements'] is not None else 'n/a'}; broker commands "
-            f"{row['broker_commands_total']} ({', '.join(f'{k} {v}' for k, v in list(row['broker_commands'].items())[:6])})")
+            f"{row['broker_commands_total']} ({', '.join(f'{k} {v}' for k, v in list(row['broker_commands'].items())[:6])})"
+            f"{_wal_relations(row)}")
+
+
+def _wal_relations(row: dict) -> str:
+    """'; WAL by relation: a N, b M, ...' (records and full-page images together), or '' without the breakdown."""
+    if not row.get("wal_by_relation"):
+        return ""
+    return "; WAL by relation: " + ", ".join(f"{name} {v['records'] + v['fpi']:,.0f}"
+                                            for name, v in row["wal_by_relation"].items())
 
 
 def _wal_parts(row: dict) -> str:

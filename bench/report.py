@@ -463,6 +463,10 @@ def markdown(results: dict) -> str:
                       f"{r['wal_records_bytes']:,.0f} / {r['wal_fpi_bytes']:,.0f} (" + ", ".join(
                           f"{k} {v['records']:,.0f} / {v['fpi']:,.0f}" for k, v in list(r["wal_by_kind"].items())[:4])
                       + ")" for r in rows) + " |"] if all(r.get("wal_records_bytes") is not None for r in rows) else []),
+                  *(["| WAL bytes by relation, the largest eight (pg_walinspect; `_p*`: every day's partition) | "
+                     + " | ".join(", ".join(f"{k} {v['records'] + v['fpi']:,.0f}" for k, v in
+                                            list(r["wal_by_relation"].items())[:8]) for r in rows) + " |"]
+                    if all(r.get("wal_by_relation") for r in rows) else []),
                   "| transactions (bench database) | " + " | ".join(f"{r['transactions']:g}" for r in rows) + " |",
                   "| statements | " + " | ".join(f"{r['statements']:g}" if r["statements"] is not None else "n/a"
                                                  for r in rows) + " |",
