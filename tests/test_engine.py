@@ -5,11 +5,13 @@ stops a real worker with attempts in flight.
 """
 import os
 import signal
+import threading
 import time
 
 import pytest
 from django.db import connection
 
+from tests.conftest import other_session, wait_until
 from tests.processes import celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt
@@ -111,6 +113,85 @@ def test_a_database_outage_in_a_batch_loses_nothing(api, receiver, engine):
                            "RENAME TO herald_delivery_claim_many")
     assert engine.run(ids)  # what the dispatcher would publish again
     assert set(_statuses(ids).values()) == {"succeeded"}
+
+
+def _record_waits_on(locker) -> bool:
+    """Whether this database's record of a batch is waiting on the lock `locker` (a session) holds."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND query LIKE '%%herald_delivery_record_many%%' AND %s = ANY(pg_blocking_pids(pid))",
+                       [locker.info.backend_pid])
+        return cursor.fetchone()[0] > 0
+
+
+def _claim_waits() -> bool:
+    """Whether this database's claim of a batch is waiting on a lock (queued behind a record waiting for the same
+    row, it waits on that record's tuple lock, not on the holder's)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND query LIKE '%%herald_delivery_claim_many%%' AND wait_event_type = 'Lock'")
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_record_that_waits_does_not_hold_up_the_next_claims(api, receiver, engine):
+    """Finished attempts go to the engine's recorder thread: while one record waits (here on its endpoint's row,
+    locked by another transaction), the engine goes on claiming and sending."""
+    held = _deliveries(api, receiver.url("/held"), 1)
+    endpoint_id = Delivery.objects.get(pk=held[0]).endpoint_id
+    other = _deliveries(api, receiver.url("/other"), 1)
+    locker = other_session(autocommit=False)
+    locked = threading.Event()
+
+    def lock_the_endpoint(received):  # on the receiver's thread, before it answers (0.2 s later)
+        if received.path == "/held":
+            locker.execute("SELECT 1 FROM webhooks_endpoint WHERE id = %s FOR NO KEY UPDATE", [endpoint_id])
+            locked.set()
+
+    receiver.on_request = lock_the_endpoint
+    receiver.script("/held", Answer(delay=0.2))
+    try:
+        engine.submit(held[0])
+        assert locked.wait(10)
+        wait_until(lambda: _record_waits_on(locker), 10, message="the record of /held waiting on its endpoint's lock")
+        engine.submit(other[0])
+        receiver.wait_for(1, "/other", timeout=5)  # claimed and sent while that record still waits
+        assert _statuses(held) == {held[0]: "pending"} and _record_waits_on(locker)
+    finally:
+        receiver.on_request = None
+        locker.rollback()
+        locker.close()
+    assert engine.drain(10)
+    assert _statuses(held + other) == {held[0]: "succeeded", other[0]: "succeeded"}
+
+
+def test_a_slot_a_record_frees_goes_to_the_parked_delivery_not_to_a_claim_waiting_beside_it(api, receiver, engine):
+    """The record that frees a slot claims the parked delivery it hands the slot to in its own transaction: a
+    fresh delivery's claim, queued on the same endpoint lock at the same moment, finds the slot taken and
+    parks, and the three go out in their order. (Were the handed-on delivery claimed afterwards, the fresh
+    claim, next in the lock's queue, would take the slot and park it again.)"""
+    first, second, third = _deliveries(api, receiver.url("/one"), 3, max_in_flight=1)
+    endpoint_id = Delivery.objects.get(pk=first).endpoint_id
+    locker = other_session(autocommit=False)
+    receiver.script("/one", Answer(delay=0.3), Answer(delay=0.3), Answer(delay=0.3))
+    try:
+        engine.submit(first)
+        receiver.wait_for(1, "/one", timeout=5)
+        engine.submit(second)  # the endpoint is at its cap of 1: parked
+        wait_until(lambda: Delivery.objects.filter(pk=second, parked_at__isnull=False).exists(), 10,
+                   message="the second delivery parked")
+        locker.execute("SELECT 1 FROM webhooks_endpoint WHERE id = %s FOR NO KEY UPDATE", [endpoint_id])
+        wait_until(lambda: _record_waits_on(locker), 10, message="the first attempt's record waiting on the lock")
+        engine.submit(third)  # its claim queues on the same lock, behind the record
+        wait_until(_claim_waits, 10, message="the third's claim queued on the lock behind the record")
+    finally:
+        locker.rollback()
+        locker.close()
+    assert engine.drain(15)
+    assert _statuses([first, second, third]) == dict.fromkeys([first, second, third], "succeeded")
+    arrived = [r.headers["webhook-id"] for r in receiver.requests_to("/one")]
+    events = dict(Delivery.objects.filter(pk__in=[first, second, third]).values_list("id", "event_id"))
+    assert arrived == [events[first], events[second], events[third]]
+    assert receiver.path_max_in_flight["/one"] == 1
 
 
 @pytest.mark.slow

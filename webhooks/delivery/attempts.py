@@ -134,13 +134,21 @@ def record_params(outcome: Outcome, status: str, next_at: datetime | None) -> di
         next_attempt_at=next_at, lease_end=claim.lease_end, endpoint=claim.endpoint_id)
 
 
-def record_healthy_successes(params: list[dict]) -> dict[str, tuple[bool, bool, list[str]]]:
+def record_healthy_successes(params: list[dict],
+                             then=None) -> tuple[dict[str, tuple[bool, bool, list[str]]], object]:
     """Record successes on endpoints the claim saw healthy, in one call of its own; by delivery id: whether
     it was recorded (the endpoint was still healthy under its lock; if not, nothing was written and the slow
     path records it), whether the delivery moved on, and the parked deliveries handed the freed slot.
-    (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.)"""
+    (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.) With
+    `then`, `then(cursor, {handed id: the recorded delivery's id})` runs in the same transaction, and what it
+    returns is returned beside."""
     records = json.dumps([{**p, "fast": True, "hand_on": 1} for p in params], default=str)
-    return {row[0]: row[1:] for row in db.call(_RECORD_MANY_SQL, db.endpoint_params(records=records))}
+    sql, sql_params = _RECORD_MANY_SQL, db.endpoint_params(records=records)
+    if then is None:
+        return {row[0]: row[1:] for row in db.call(sql, sql_params)}, None
+    rows, extra = db.call_then(sql, sql_params, lambda cursor, rows: then(
+        cursor, {handed: row[0] for row in rows if row[1] for handed in row[3]}))
+    return {row[0]: row[1:] for row in rows}, extra
 
 
 def lock_endpoints(cursor, endpoint_ids: list[str]) -> dict[str, EndpointState]:

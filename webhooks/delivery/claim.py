@@ -83,8 +83,31 @@ def deliveries_claim(*, delivery_ids: list[str]) -> Claims:
     pending), or closed because its endpoint is disabled or deleted. A duplicate task is harmless:
     the second claim finds the lease taken.
     """
-    rows = db.call(_CLAIM_MANY_SQL, db.endpoint_params(ids=list(dict.fromkeys(delivery_ids)),
-                                                       lease=herald_settings.delivery.WEBHOOK_LEASE_SECONDS))
+    return claims_from_rows(db.call(_CLAIM_MANY_SQL, _params(delivery_ids)))
+
+
+def _params(delivery_ids: list[str]) -> dict:
+    return db.endpoint_params(ids=list(dict.fromkeys(delivery_ids)),
+                              lease=herald_settings.delivery.WEBHOOK_LEASE_SECONDS)
+
+
+def claim_rows(cursor, delivery_ids: list[str]) -> list[tuple]:
+    """The claim of `deliveries_claim` in the caller's transaction (a record's, which claims the deliveries it
+    handed its freed slots to before its endpoints' locks go, so that no other claim takes those slots first);
+    `claims_from_rows` reads its rows once that transaction has committed."""
+    cursor.execute(_CLAIM_MANY_SQL, _params(delivery_ids))
+    return cursor.fetchall()
+
+
+def throttled_of(cursor, endpoint_ids: set[str]) -> set[str]:
+    """Which of these endpoints have a throttle (in the caller's transaction)."""
+    cursor.execute(f"SELECT id FROM {Endpoint._meta.db_table} WHERE id = ANY(%s) AND throttle_rate IS NOT NULL",
+                   [list(endpoint_ids)])
+    return {row[0] for row in cursor.fetchall()}
+
+
+def claims_from_rows(rows: list[tuple]) -> Claims:
+    """What a claim's rows got (see `deliveries_claim`)."""
     leases.window_freed.set()
     claims, wake_at = {}, {}
     width = len(access_mod.ACCESS_COLUMNS.split(","))

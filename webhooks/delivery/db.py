@@ -39,6 +39,24 @@ def call(sql: str, params: dict) -> list[tuple]:
     raise AssertionError("unreachable")
 
 
+def call_then(sql: str, params: dict, then) -> tuple[list[tuple], object]:
+    """As `call`, and then `then(cursor, rows)` in the same transaction (a record that claims the deliveries its
+    freed slots went to, before any other claim can take those slots); returns (rows, what `then` returned)."""
+    if connection.in_atomic_block:
+        raise RuntimeError("a delivery is claimed and recorded in transactions of its own, not inside another")
+    for attempt in (1, 2):
+        with raw_connection() as raw:
+            try:
+                with raw.transaction(), raw.cursor() as cursor:
+                    cursor.execute(sql, params)
+                    rows = cursor.fetchall()
+                    return rows, then(cursor, rows)
+            except psycopg.OperationalError:
+                if attempt == 2 or not raw.closed:
+                    raise
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def raw_connection():
     pool = connection.pool  # the worker's psycopg pool (config/celery.py), or None

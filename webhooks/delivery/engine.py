@@ -8,10 +8,14 @@ more attempts in flight than that. The engine thread:
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- records the attempts that finished in one call (`record.deliveries_record`), which also gives freed
-  slots to parked deliveries: the engine claims those itself on its next turn, without a round trip
-  through the broker (if the worker dies first, beat's dispatcher finds them unclaimed and
-  publishes them);
+- hands the attempts that finished to its recorder thread, which records whatever has finished since its
+  last call in one call (`record.deliveries_record`) on a PostgreSQL connection of its own, while the
+  engine goes on claiming and sending. The record also gives freed slots to parked deliveries and claims
+  them in its own transaction, before its endpoints' locks go, so that no claim of a fresh delivery takes
+  such a slot first and parks the handed-on one again; the engine sends them on its next turn, without a
+  round trip through the broker (if the worker dies first, their leases run out and beat's dispatcher
+  publishes them). One thread doing both waited on PostgreSQL for two thirds of its time, its records
+  holding up the claims (docs/benchmarks.md, slow receivers);
 - prepares, on a small pool of threads, the attempts that must wait for something before they can be
   sent (an OAuth2 token to fetch, a host to resolve and check for WEBHOOK_PROXY_URL: webhooks/delivery/destinations/access.py),
   and sends them once ready. Each preparation has the attempt's whole deadline, counted from when its
@@ -55,7 +59,7 @@ from webhooks import tracing
 from webhooks.conf import herald_settings
 from webhooks.delivery import outbox, parked, record, sending
 from webhooks.delivery.attempts import Outcome
-from webhooks.delivery.claim import Claim, deliveries_claim, delivery_claim
+from webhooks.delivery.claim import Claim, Claims, deliveries_claim, delivery_claim
 from webhooks.delivery.destinations import access, brokers, http_transport
 from webhooks.delivery.destinations.kinds import BROKERS
 from webhooks.delivery.destinations.base import AttemptResult
@@ -137,6 +141,7 @@ class Engine:
                                        timeout=lambda: herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS,
                                        allow_private=lambda: herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         self._sent: deque[tuple[Outcome, tracing.DeliveryTrace | None]] = deque()  # broker attempts back
+        self._handed: deque[Claims] = deque()  # claimed by the recorder's records (their freed slots)
         self._wakes = WakeUps()
         self._held = 0  # deliveries submitted and not finished yet
         self._changed = threading.Condition()
@@ -145,6 +150,12 @@ class Engine:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._stopping = False
+        # finished attempts waiting for the recorder thread, which records them in one call
+        self._recordable = threading.Condition()
+        self._to_record: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
+        self._recorder_stopping = False
+        self._recorder = threading.Thread(target=self._record_loop, name="herald-recorder", daemon=True)
+        self._recorder.start()
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
         self._thread.start()
 
@@ -181,14 +192,54 @@ class Engine:
         except BlockingIOError:
             pass
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
+        with self._recordable:  # what the engine's last turn finished is recorded before the recorder ends
+            self._recorder_stopping = True
+            self._recordable.notify()
+        self._recorder.join(timeout)
+        if self._recorder.is_alive():
+            logger.warning("engine.stop_timed_out", extra={"thread": "recorder", "seconds": timeout})
         self._preparing.shutdown(wait=True, cancel_futures=True)
         self._brokers.stop()
 
     def _take(self, delivery_ids: list[str]) -> None:
-        """Deliveries handed on by a record: claimed on the next turn (they fill only freed slots)."""
+        """Deliveries handed on by a throttled endpoint's wake-up: claimed on the engine's next turn (they fill
+        only freed slots)."""
         with self._changed:
             self._held += len(delivery_ids)
             self._submitted.extend(delivery_ids)
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass  # a wake-up is already pending
+
+    def _take_claimed(self, claims: Claims, unclaimed: list[str]) -> None:
+        """On the recorder thread: the deliveries a record handed its freed slots to, claimed in its transaction,
+        which the engine sends on its next turn, and those it left to the engine's claim (a throttled
+        endpoint's)."""
+        with self._changed:
+            self._held += len(claims.claims) + len(unclaimed)
+            self._handed.append(claims)
+            self._submitted.extend(unclaimed)
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass  # a wake-up is already pending
+
+    def _start_handed(self) -> None:
+        with self._changed:
+            handed = list(self._handed)
+            self._handed.clear()
+        for result in handed:
+            traces: dict[str, tracing.DeliveryTrace] = {}
+            if tracing.ENABLED and result.claims:
+                try:  # their claim ran in the record's transaction: the claim span marks when the engine took them
+                    with tracing.batch("herald.claim.batch", len(result.claims)) as claim_batch:
+                        traces = tracing.delivery_traces(result.claims, claim_batch, {})
+                except Exception:  # noqa: BLE001 - sent untraced rather than not at all
+                    logger.exception("engine.trace_failed", extra={"deliveries": len(result.claims)})
+            self._dispatch(result, traces)
 
     def _release(self, count: int) -> None:
         with self._changed:
@@ -210,6 +261,8 @@ class Engine:
             self._submitted.clear()
         if batch:
             self._start(batch)
+        if self._handed:
+            self._start_handed()
         if self._prepared:
             self._launch_prepared()
         if self._sent:
@@ -267,7 +320,7 @@ class Engine:
         if (wake_at := self._wakes.next_at()) is not None:
             timeout = max(0.0, min(timeout, wake_at - time.monotonic()))
         with self._changed:
-            if self._submitted or self._prepared or self._sent:  # handed on by this thread, prepared, sent: at once
+            if self._submitted or self._handed or self._prepared or self._sent:  # handed on, prepared, sent: at once
                 timeout = 0.0
         for key, events in self._selector.select(timeout):
             if key.fileobj is self._wake_r:
@@ -303,8 +356,13 @@ class Engine:
             logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
             self._release(len(batch))
             return
+        self._release(len(batch) - len(result.claims))  # duplicates, parked, not due: nothing to send
+        self._dispatch(result, traces)
+
+    def _dispatch(self, result: Claims, traces: dict[str, tracing.DeliveryTrace]) -> None:
+        """Send claimed attempts on their way (libcurl, the preparing pool, the broker threads), and note when
+        each throttled endpoint may start its next one."""
         claims = result.claims
-        self._release(len(batch) - len(claims))  # duplicates, parked, not due: nothing to send
         if result.wake_at:
             now, monotonic = timezone.now(), time.monotonic()
             for endpoint_id, when in result.wake_at.items():
@@ -495,12 +553,37 @@ class Engine:
         self._record(outcomes)
 
     def _record(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
+        """Hand finished attempts to the recorder thread (the engine does not wait for their record)."""
+        with self._recordable:
+            self._to_record.extend(finished)
+            self._recordable.notify()
+
+    # -- the recorder thread
+
+    def _record_loop(self) -> None:
+        while True:
+            with self._recordable:
+                self._recordable.wait_for(lambda: self._to_record or self._recorder_stopping)
+                finished, self._to_record = self._to_record, []
+                if not finished:  # stopping, nothing left
+                    return
+            try:
+                self._record_now(finished)  # releases their slots whatever happens
+            except Exception:  # noqa: BLE001 - the recorder must outlive any one batch (a trace's end failing)
+                logger.exception("engine.record_loop_failed")
+            try:
+                connections.close_all()  # its connection goes back to the pool (or is closed: no pool)
+            except Exception:  # noqa: BLE001 - as above
+                logger.exception("engine.recorder_close_failed")
+
+    def _record_now(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         outcomes = [outcome for outcome, _ in finished]
         statuses: list = [None] * len(outcomes)
         record_batch = None
         try:
+            close_old_connections()
             with tracing.batch("herald.record.batch", len(outcomes)) as record_batch:
-                statuses = record.deliveries_record(outcomes=outcomes, take_handed_on=self._take)
+                statuses = record.deliveries_record(outcomes=outcomes, take_claimed=self._take_claimed)
         except Exception:  # noqa: BLE001 - unrecorded: the leases run out and beat sends them again
             logger.exception("engine.record_failed", extra={"deliveries": len(outcomes)})
         finally:

@@ -18,7 +18,7 @@ from webhooks.conf import herald_settings
 from webhooks.delivery import attempts, breaker, metrics
 from webhooks.delivery.destinations import kinds
 from webhooks.delivery.attempts import Outcome
-from webhooks.delivery.claim import Claim
+from webhooks.delivery.claim import Claim, Claims, claim_rows, claims_from_rows, throttled_of
 from webhooks.delivery.destinations.base import AttemptResult, Verdict
 from webhooks.delivery.endpoints import breakers_write, endpoint_disable
 from webhooks.delivery.fanout import event_emit_operational
@@ -30,7 +30,7 @@ logger = logging.getLogger("herald.delivery")
 
 
 def deliveries_record(*, outcomes: list[Outcome],
-                      take_handed_on: Callable[[list[str]], None] | None = None) -> list[str]:
+                      take_claimed: Callable[[Claims, list[str]], None] | None = None) -> list[str]:
     """Record finished attempts, move their deliveries on, update breakers, hand freed slots on.
 
     Successes on endpoints the claim saw healthy (nearly every attempt) are recorded together in one
@@ -39,8 +39,10 @@ def deliveries_record(*, outcomes: list[Outcome],
     breakers, disables an endpoint on a 410, and records operational events (SPEC §8), except for
     deliveries of operational events. Returns each delivery's new status, in order.
 
-    Parked deliveries given the freed slots go to `take_handed_on` (a worker's engine claims them itself),
-    or else into the retry queue.
+    Parked deliveries given the freed slots are, with `take_claimed` (a worker's engine), claimed in the same
+    transaction as the record that freed the slots (so that no claim of a fresh delivery can take a slot
+    between the two and send the handed-on one back to its park) and passed to it once committed, with the
+    ids of a throttled endpoint's, which the engine claims itself; without it they go into the retry queue.
     """
     now = timezone.now()
     verdicts = [kinds.classify(o.claim.kind, o.result) for o in outcomes]
@@ -49,19 +51,38 @@ def deliveries_record(*, outcomes: list[Outcome],
     # per attempt: moved on, handed on, breaker transition, endpoint class (metrics.endpoint_class)
     done: dict[int, tuple[bool, list[str], str | None, str]] = {}
     healthy_successes = [i for i, o in enumerate(outcomes) if verdicts[i].ok and o.claim.endpoint_healthy]
+    endpoint_of = {o.claim.delivery_id: o.claim.endpoint_id for o in outcomes}
+
+    def claim_handed(cursor, handed: dict[str, str]) -> tuple[list[tuple], list[str]]:
+        # in the record's transaction: the claim of the deliveries its freed slots went to, but a throttled
+        # endpoint's (its throttle moves on at the claim, and is kept by the attempts' starts: those the engine
+        # claims itself, next turn, and starts in the same turn); the rows, and the ids left to the engine
+        if not handed:
+            return [], []
+        throttled = throttled_of(cursor, {endpoint_of[recorded] for recorded in handed.values()})
+        now = [i for i, recorded in handed.items() if endpoint_of[recorded] not in throttled]
+        return (claim_rows(cursor, now) if now else []), [i for i in handed if i not in now]
+
+    claimed: list[tuple[list[tuple], list[str]]] = []
     if healthy_successes:
-        rows = attempts.record_healthy_successes([params[i] for i in healthy_successes])
+        rows, got = attempts.record_healthy_successes([params[i] for i in healthy_successes],
+                                                      then=claim_handed if take_claimed is not None else None)
+        claimed.append(got or ([], []))
         for i in healthy_successes:
             recorded, moved_on, handed = rows[outcomes[i].claim.delivery_id]
             if recorded:
                 done[i] = (moved_on, handed, None, metrics.HEALTHY)
     slow = [i for i in range(len(outcomes)) if i not in done]
     if slow:
-        done.update(_record_slow([(i, outcomes[i], verdicts[i], decided[i][0], params[i]) for i in slow], now=now))
+        slow_done, got = _record_slow([(i, outcomes[i], verdicts[i], decided[i][0], params[i]) for i in slow],
+                                      now=now, then=claim_handed if take_claimed is not None else None)
+        done.update(slow_done)
+        claimed.append(got or ([], []))
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
     if handed_on:
-        if take_handed_on is not None:
-            take_handed_on(handed_on)
+        if take_claimed is not None:
+            take_claimed(claims_from_rows([row for rows, _ in claimed for row in rows]),
+                         [delivery_id for _, later in claimed for delivery_id in later])
         else:
             deliveries_enqueue(delivery_ids=handed_on, queue=herald_settings.queues.retries, wait=True)
     for i, outcome in enumerate(outcomes):
@@ -81,11 +102,12 @@ def delivery_record(*, claim: Claim, started_at: datetime, result: AttemptResult
     return deliveries_record(outcomes=[Outcome(claim, started_at, result)])[0]
 
 
-def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
-                 now: datetime) -> dict[int, tuple[bool, list[str], str | None, str]]:
+def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *, now: datetime,
+                 then=None) -> tuple[dict[int, tuple[bool, list[str], str | None, str]], object]:
     """The slow path for a batch, in one transaction: its endpoints locked (in id order), each attempt's breaker
     change worked out in turn from its endpoint's state after the ones before it, the breakers written in one
-    statement, the attempts recorded in one call, then the 410s' disables and the operational events. A failing
+    statement, the attempts recorded in one call, then the 410s' disables and the operational events (and, with
+    `then`, `then(cursor, {handed id: the recorded delivery's id})`, whose result is returned beside). A failing
     endpoint's attempts cost a turn of the engine a few statements in all, not a transaction each, so one tenant
     whose endpoints fail in bulk does not hold up the claims of everyone else's (SPEC §10)."""
     limits = herald_settings.breaker
@@ -131,7 +153,9 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *,
                 finally:
                     request_id.reset(token)
             done[i] = (moved_on, handed, change.transition, endpoint_class)
-    return done
+        extra = (then(cursor, {i: delivery_id for delivery_id, (_, handed) in recorded.items() for i in handed})
+                 if then is not None else None)
+    return done, extra
 
 
 def _emit_operational(*, claim: Claim, change: breaker.BreakerChange, result: AttemptResult,
