@@ -63,6 +63,14 @@ ENGINE_PHASES = {
     "waking parked endpoints": ("Engine._wake_due_endpoints",),
     "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
 }
+# ... and its recorder thread (records the finished attempts the engine hands it, and claims the parked
+# deliveries its freed slots go to in the same transaction).
+RECORDER_PHASES = {
+    "waiting for finished attempts": ("Engine._record_loop",),
+    "recording": ("Engine._record_now",),
+    "claiming the handed-on ones": ("claim_handed", "deliveries_record.<locals>.claim_handed"),
+    "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
+}
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
@@ -1021,10 +1029,12 @@ class Bench:
             recorded = Path(self.profile_dir) / "worker-slow-receivers.txt"
             profiled = thread_phases(recorded, "herald-engine", ENGINE_PHASES)
             profiled["per_second"] = round(extra["per_second"])
+            profiled["recorder"] = thread_phases(recorded, "herald-recorder", RECORDER_PHASES)
             profiled["postgres_active"] = activity.top(6)
             print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
-                  f"({profiled['samples']} samples): {profiled['phases']}; PostgreSQL's backends at once, by statement "
-                  f"and wait: {profiled['postgres_active']}", flush=True)
+                  f"({profiled['samples']} samples): {profiled['phases']}; the recorder thread's: "
+                  f"{profiled['recorder']['phases']}; PostgreSQL's backends at once, by statement and wait: "
+                  f"{profiled['postgres_active']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}
         if profiled:
             result["engine_profile"] = profiled
