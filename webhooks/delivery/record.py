@@ -60,8 +60,8 @@ def deliveries_record(*, outcomes: list[Outcome],
         if not handed:
             return [], []
         throttled = throttled_of(cursor, {endpoint_of[recorded] for recorded in handed.values()})
-        now = [i for i, recorded in handed.items() if endpoint_of[recorded] not in throttled]
-        return (claim_rows(cursor, now) if now else []), [i for i in handed if i not in now]
+        at_once = [i for i, recorded in handed.items() if endpoint_of[recorded] not in throttled]
+        return (claim_rows(cursor, at_once) if at_once else []), [i for i in handed if i not in at_once]
 
     claimed: list[tuple[list[tuple], list[str]]] = []
     if healthy_successes:
@@ -108,7 +108,7 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *, now: d
     change worked out in turn from its endpoint's state after the ones before it, the breakers written in one
     statement, the attempts recorded in one call, then the 410s' disables and the operational events (and, with
     `then`, `then(cursor, {handed id: the recorded delivery's id})`, whose result is returned beside). A failing
-    endpoint's attempts cost a turn of the engine a few statements in all, not a transaction each, so one tenant
+    endpoint's attempts cost the recorder a few statements in all, not a transaction each, so one tenant
     whose endpoints fail in bulk does not hold up the claims of everyone else's (SPEC §10)."""
     limits = herald_settings.breaker
     with transaction.atomic(), connection.cursor() as cursor:
