@@ -25,28 +25,25 @@ def call(sql: str, params: dict) -> list[tuple]:
     call made once more on a fresh one. The functions are safe to repeat: one that did commit finds
     nothing left to do the second time.
     """
-    if connection.in_atomic_block:
-        raise RuntimeError("a delivery is claimed and recorded in transactions of its own, not inside another")
-    for attempt in (1, 2):
-        with raw_connection() as raw:
-            try:
-                with raw.cursor() as cursor:
-                    cursor.execute(sql, params)
-                    return cursor.fetchall()
-            except psycopg.OperationalError:
-                if attempt == 2 or not raw.closed:
-                    raise
-    raise AssertionError("unreachable")
+    return _run(sql, params, None)[0]
 
 
 def call_then(sql: str, params: dict, then) -> tuple[list[tuple], object]:
     """As `call`, and then `then(cursor, rows)` in the same transaction (a record that claims the deliveries its
     freed slots went to, before any other claim can take those slots); returns (rows, what `then` returned)."""
+    return _run(sql, params, then)
+
+
+def _run(sql: str, params: dict, then) -> tuple[list[tuple], object]:
     if connection.in_atomic_block:
         raise RuntimeError("a delivery is claimed and recorded in transactions of its own, not inside another")
     for attempt in (1, 2):
         with raw_connection() as raw:
             try:
+                if then is None:  # one statement: its own transaction, no BEGIN and COMMIT round trips
+                    with raw.cursor() as cursor:
+                        cursor.execute(sql, params)
+                        return cursor.fetchall(), None
                 with raw.transaction(), raw.cursor() as cursor:
                     cursor.execute(sql, params)
                     rows = cursor.fetchall()

@@ -173,10 +173,7 @@ class Engine:
             self._submitted.append(delivery_id)
             if tracing.ENABLED:
                 self._origins[delivery_id] = tracing.current_span_context()
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass  # a wake-up is already pending
+        self._wake()
 
     def drain(self, timeout: float) -> bool:
         """Wait until every delivery handed over is finished (a worker shutting down); False on timeout."""
@@ -187,10 +184,7 @@ class Engine:
         """End the engine thread after its current turn, and the preparing threads (an engine of a test, after
         `drain`: no scheduled wake-up of a throttled endpoint may query the database after its test)."""
         self._stopping = True
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass
+        self._wake()
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
@@ -209,10 +203,7 @@ class Engine:
         with self._changed:
             self._held += len(delivery_ids)
             self._submitted.extend(delivery_ids)
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass  # a wake-up is already pending
+        self._wake()
 
     def _take_claimed(self, claims: Claims, unclaimed: list[str]) -> None:
         """On the recorder thread: the deliveries a record handed its freed slots to, claimed in its transaction,
@@ -222,10 +213,7 @@ class Engine:
             self._held += len(claims.claims) + len(unclaimed)
             self._handed.append(claims)
             self._submitted.extend(unclaimed)
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass  # a wake-up is already pending
+        self._wake()
 
     def _start_handed(self) -> None:
         with self._changed:
@@ -240,6 +228,13 @@ class Engine:
                 except Exception:  # noqa: BLE001 - sent untraced rather than not at all
                     logger.exception("engine.trace_failed", extra={"deliveries": len(result.claims)})
             self._dispatch(result, traces)
+
+    def _wake(self) -> None:
+        """Wake the engine thread from its wait (a wake-up already pending is enough)."""
+        try:
+            self._wake_w.send(b"x")
+        except BlockingIOError:
+            pass
 
     def _release(self, count: int) -> None:
         with self._changed:
@@ -422,10 +417,7 @@ class Engine:
                 if trace is not None:
                     trace.attempt_finished(result)
                 self._sent.append((Outcome(claim, started_at, result), trace))
-        try:
-            self._wake_w.send(b"x")
-        except BlockingIOError:
-            pass
+        self._wake()
 
     def _record_sent(self) -> None:
         with self._changed:
@@ -480,10 +472,7 @@ class Engine:
                     prepared = access.Prepared({}, 0, error=f"internal_error: {type(exc).__name__}")
                 with self._changed:
                     self._prepared.append((claim, prepared, started_at, trace))
-                try:
-                    self._wake_w.send(b"x")
-                except BlockingIOError:
-                    pass
+                self._wake()
             # this thread goes on with the tenant's next deferred attempt, if any (its place in the share)
             claim, trace = self._next_deferred(claim.tenant_id)
 

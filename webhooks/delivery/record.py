@@ -63,10 +63,10 @@ def deliveries_record(*, outcomes: list[Outcome],
         at_once = [i for i, recorded in handed.items() if endpoint_of[recorded] not in throttled]
         return (claim_rows(cursor, at_once) if at_once else []), [i for i in handed if i not in at_once]
 
+    then = claim_handed if take_claimed is not None else None
     claimed: list[tuple[list[tuple], list[str]]] = []
     if healthy_successes:
-        rows, got = attempts.record_healthy_successes([params[i] for i in healthy_successes],
-                                                      then=claim_handed if take_claimed is not None else None)
+        rows, got = attempts.record_healthy_successes([params[i] for i in healthy_successes], then=then)
         claimed.append(got or ([], []))
         for i in healthy_successes:
             recorded, moved_on, handed = rows[outcomes[i].claim.delivery_id]
@@ -75,7 +75,7 @@ def deliveries_record(*, outcomes: list[Outcome],
     slow = [i for i in range(len(outcomes)) if i not in done]
     if slow:
         slow_done, got = _record_slow([(i, outcomes[i], verdicts[i], decided[i][0], params[i]) for i in slow],
-                                      now=now, then=claim_handed if take_claimed is not None else None)
+                                      now=now, then=then)
         done.update(slow_done)
         claimed.append(got or ([], []))
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
