@@ -3,6 +3,7 @@
 In-process tests drive an Engine directly against real PostgreSQL and real receivers; the last one
 stops a real worker with attempts in flight.
 """
+import contextlib
 import os
 import signal
 import threading
@@ -53,6 +54,49 @@ def test_a_batch_of_claims_respects_the_cap_and_freed_slots_are_taken_without_th
     assert set(_statuses(ids).values()) == {"succeeded"}
     assert receiver.path_max_in_flight["/hook"] == 3
     assert len(receiver.received) == 8
+    assert broker.delivery_ids() == []
+
+
+@contextlib.contextmanager
+def _outbox_inserts():
+    """The delivery ids of the outbox rows written while the block runs (a trigger on the real table, dropped
+    after): each handed-on delivery the record claims itself needs none, each one left to the engine's or the
+    broker's message does."""
+    written: list[str] = []
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE test_outbox_inserts (delivery_id varchar)")
+        cursor.execute("""CREATE FUNCTION test_outbox_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+                          BEGIN INSERT INTO test_outbox_inserts VALUES (NEW.delivery_id); RETURN NEW; END $$""")
+        cursor.execute("CREATE TRIGGER test_outbox_inserted AFTER INSERT OR UPDATE ON webhooks_deliveryoutbox "
+                       "FOR EACH ROW EXECUTE FUNCTION test_outbox_inserted()")
+    try:
+        yield written
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT delivery_id FROM test_outbox_inserts")
+            written += [row[0] for row in cursor.fetchall()]
+            cursor.execute("DROP TRIGGER test_outbox_inserted ON webhooks_deliveryoutbox")
+            cursor.execute("DROP FUNCTION test_outbox_inserted()")
+            cursor.execute("DROP TABLE test_outbox_inserts")
+
+
+def test_a_record_claims_what_it_hands_on_without_writing_it_an_outbox_row(api, receiver, broker, engine):
+    """The five deliveries parked behind a cap of 3, and two behind a throttle and a cap of 1, are each handed
+    a freed slot by a record, which claims them in its transaction: no outbox row is written for them (one
+    would be deleted by that claim at once). The throttled endpoint's still start its interval apart."""
+    ids = _deliveries(api, receiver.url("/capped"), 8, max_in_flight=3)
+    throttled = _deliveries(api, receiver.url("/paced"), 3, max_in_flight=1, throttle_rate=2)
+    broker.clear()
+    receiver.script("/capped", *[Answer(delay=0.3)] * 8)
+    receiver.script("/paced", *[Answer(delay=0.7)] * 3)  # each record comes after the throttle allows the next
+    with _outbox_inserts() as written:
+        assert engine.run(ids + throttled)
+    assert set(_statuses(ids + throttled).values()) == {"succeeded"}
+    assert receiver.path_max_in_flight["/capped"] == 3
+    assert Delivery.objects.filter(pk__in=ids + throttled, parked_at__isnull=False).count() == 0
+    assert written == []
+    starts = sorted(a.started_at for a in DeliveryAttempt.objects.filter(delivery_id__in=throttled))
+    assert min(later - earlier for earlier, later in zip(starts, starts[1:])).total_seconds() >= 0.5
     assert broker.delivery_ids() == []
 
 

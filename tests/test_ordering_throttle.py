@@ -1,6 +1,8 @@
 """Per-endpoint ordering (fifo) and throttling, in-process through an Engine and through real workers; the
 scenarios that take a `sink` run once per destination kind (tests/sinks.py)."""
 import time
+from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.db.models.functions import Now
@@ -10,6 +12,7 @@ from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
+from webhooks.delivery.engine import Pacing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -187,3 +190,20 @@ def test_fifo_order_and_throttle_hold_across_two_workers(api, receiver, processe
     assert _max_per_second(starts) <= 10
     arrived = _sent_as_started(receiver.requests_to("/paced"), paced)
     assert max(arrived) - min(arrived) >= 3.8  # 40 at 10/s
+
+
+def test_the_engine_starts_a_throttled_endpoints_attempts_an_interval_apart_however_late_each_claim_comes():
+    """The claim moves the throttle on by the interval from the claim's own time; the engine starts an attempt
+    some milliseconds after its claim (the claimer thread's or a record's transaction, then its next turn), not
+    always the same few. A claim that reaches it sooner after its own claim time than the one before must wait
+    for the rest of the interval since that one's start; another endpoint's claim does not."""
+    pacing = Pacing()
+    first, second, other = [(SimpleNamespace(endpoint_id=e), None) for e in ("e", "e", "o")]
+    interval = timedelta(seconds=0.1)
+    assert pacing.start_now(first, interval, 10.03)  # claimed at 10.00, started 30 ms later
+    assert not pacing.start_now(second, interval, 10.10)  # claimed at 10.10, reached the engine at once
+    assert pacing.start_now(other, interval, 10.10)
+    assert pacing.next_at() == pytest.approx(10.13)
+    assert pacing.due(10.129) == []
+    assert pacing.due(10.13) == [second]
+    assert not pacing.waiting

@@ -141,8 +141,9 @@ def record_healthy_successes(params: list[dict],
     path records it), whether the delivery moved on, and the parked deliveries handed the freed slot.
     (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.) With
     `then`, `then(cursor, {handed id: the recorded delivery's id})` runs in the same transaction, and what it
-    returns is returned beside."""
-    records = json.dumps([{**p, "fast": True, "hand_on": 1} for p in params], default=str)
+    returns is returned beside; it must claim the handed-on deliveries (`claim`: no outbox row is written for
+    them, see webhooks/sql/endpoint_hand_on.sql)."""
+    records = json.dumps([{**p, "fast": True, "hand_on": 1, "claim": then is not None} for p in params], default=str)
     sql, sql_params = _RECORD_MANY_SQL, db.endpoint_params(records=records)
     if then is None:
         return {row[0]: row[1:] for row in db.call(sql, sql_params)}, None
@@ -157,10 +158,13 @@ def lock_endpoints(cursor, endpoint_ids: list[str]) -> dict[str, EndpointState]:
     return {row[0]: EndpointState(*row) for row in cursor.fetchall()}
 
 
-def record_locked(cursor, records: list[tuple[dict, int]]) -> dict[str, tuple[bool, list[str]]]:
+def record_locked(cursor, records: list[tuple[dict, int]], *,
+                  claiming: bool = False) -> dict[str, tuple[bool, list[str]]]:
     """Record attempts ((params, slots to hand on) each) in one call, in the caller's transaction, which holds
     their endpoints' locks (`lock_endpoints`); after each, up to its slots of parked deliveries take the room its
-    endpoint has then. By delivery id: whether the delivery moved on, and those handed on."""
-    payload = json.dumps([{**params, "fast": False, "hand_on": slots} for params, slots in records], default=str)
+    endpoint has then. By delivery id: whether the delivery moved on, and those handed on. `claiming`: the
+    caller claims the handed-on deliveries in this transaction (as with `record_healthy_successes`' `then`)."""
+    payload = json.dumps([{**params, "fast": False, "hand_on": slots, "claim": claiming} for params, slots in records],
+                         default=str)
     cursor.execute(_RECORD_MANY_SQL, db.endpoint_params(records=payload))
     return {row[0]: (row[2], row[3]) for row in cursor.fetchall()}

@@ -99,13 +99,6 @@ def claim_rows(cursor, delivery_ids: list[str]) -> list[tuple]:
     return cursor.fetchall()
 
 
-def throttled_of(cursor, endpoint_ids: set[str]) -> set[str]:
-    """Which of these endpoints have a throttle (in the caller's transaction)."""
-    cursor.execute(f"SELECT id FROM {Endpoint._meta.db_table} WHERE id = ANY(%s) AND throttle_rate IS NOT NULL",
-                   [list(endpoint_ids)])
-    return {row[0] for row in cursor.fetchall()}
-
-
 def claims_from_rows(rows: list[tuple]) -> Claims:
     """What a claim's rows got (see `deliveries_claim`)."""
     leases.window_freed.set()

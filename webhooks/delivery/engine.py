@@ -2,15 +2,18 @@
 
 Celery's threads hand their delivery ids to the engine and go back for the next message; a thread
 waits only while the engine already holds WEBHOOK_WORKER_CONCURRENCY deliveries, so no worker has
-more attempts in flight than that. The engine thread:
+more attempts in flight than that. A claimer thread claims what arrived since its last call in one call
+(`claim.deliveries_claim`) on a PostgreSQL connection of its own, and hands the claims to the engine thread,
+which never waits on a claim: when it claimed itself, draining 90 slow receivers it spent 59 % of its time
+claiming, while the deliveries the records had handed freed slots to waited for it to send them
+(docs/benchmarks.md, slow receivers). The engine thread:
 
-- claims what arrived since its last turn in one call (`claim.deliveries_claim`);
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- hands the attempts that finished to its recorder thread, which records whatever has finished since its
-  last call in one call (`record.deliveries_record`) on a PostgreSQL connection of its own, while the
-  engine goes on claiming and sending. The record also gives freed slots to parked deliveries and claims
+- hands the attempts that finished to its recorder threads (RECORDER_THREADS, each with its share of the
+  endpoints), each of which records whatever of its share has finished since its last call in one call
+  (`record.deliveries_record`) on a PostgreSQL connection of its own, while the engine goes on sending. The record also gives freed slots to parked deliveries and claims
   them in its own transaction, before its endpoints' locks go, so that no claim of a fresh delivery takes
   such a slot first and parks the handed-on one again; the engine sends them on its next turn, without a
   round trip through the broker (if the worker dies first, their leases run out and beat's dispatcher
@@ -31,7 +34,9 @@ more attempts in flight than that. The engine thread:
   each batch within the attempts' deadline, over a bounded pool of connections per endpoint), and records
   them when they come back; the engine thread never waits on a broker;
 - wakes a throttled endpoint when its next attempt may start (the claim says when), so that its
-  parked deliveries go out at its rate, one after the other, without waiting for beat.
+  parked deliveries go out at its rate, one after the other, without waiting for beat; and starts a throttled
+  endpoint's attempts its interval apart at least, however long each waited between its claim and its start
+  (`Pacing`).
 
 A hundred threads each sending and each talking to PostgreSQL twice spent their time handing the GIL
 around; the README has the measured comparison. A failure inside the engine costs only the batch in
@@ -65,6 +70,11 @@ from webhooks.delivery.destinations.kinds import BROKERS
 from webhooks.delivery.destinations.base import AttemptResult
 
 logger = logging.getLogger("herald.engine")
+
+# The recorder threads: each records the finished attempts of its share of the endpoints (an endpoint's always go
+# to the same one, so its records keep their order), in transactions that lock disjoint sets of endpoints. One
+# recorded slow receivers at 91 % of its time, most of it waiting on PostgreSQL (docs/benchmarks.md).
+RECORDER_THREADS = 2
 
 # The threads that prepare attempts (a token fetch, a proxied host's lookup), and how many of them one
 # tenant's attempts may hold at once: at least four tenants whose token servers all hang to fill them.
@@ -112,6 +122,51 @@ class WakeUps:
         return list(endpoints)
 
 
+class Pacing:
+    """The starts of throttled endpoints' attempts on this engine, kept their throttle's interval apart at least
+    (engine thread only).
+
+    A claim moves its endpoint's throttle on by the interval (1 / throttle_rate) from the claim's own time, and
+    the next claim waits for that; but an attempt starts a little after its claim (the claimer thread's or a
+    record's transaction, then the engine's next turn), and not always the same little: two claims an interval
+    apart could start closer than that, and a receiver would see more than throttle_rate attempts in a second.
+    An attempt whose endpoint started one here less than an interval ago waits for the rest of it. The interval
+    is read off the claim: its throttle time less its claim time (its lease's end less the lease).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}  # endpoint id -> its latest start here (time.monotonic()), kept a second
+        self._heap: list[tuple[float, int, tuple[Claim, tracing.DeliveryTrace | None]]] = []
+        self._seq = 0
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._heap)
+
+    def start_now(self, item: tuple[Claim, tracing.DeliveryTrace | None], interval: timedelta, now: float) -> bool:
+        """True if the claim may start now; else it is kept until it may (`due`)."""
+        endpoint_id = item[0].endpoint_id
+        last = self._last.get(endpoint_id)
+        at = now if last is None else max(now, last + min(max(interval.total_seconds(), 0.0), 1.0))
+        self._last[endpoint_id] = at
+        if len(self._last) > 1000:  # an interval is at most a second: older starts hold nothing back
+            self._last = {e: t for e, t in self._last.items() if t > now - 1.0}
+        if at <= now:
+            return True
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, item))
+        return False
+
+    def next_at(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def due(self, now: float) -> list[tuple[Claim, tracing.DeliveryTrace | None]]:
+        items = []
+        while self._heap and self._heap[0][0] <= now:
+            items.append(heapq.heappop(self._heap)[2])
+        return items
+
+
 class Engine:
     """Claims, sends and records the attempts of every thread of this process (see the module doc)."""
 
@@ -136,26 +191,36 @@ class Engine:
         self._deferred: dict[str, deque[tuple[Claim, tracing.DeliveryTrace | None]]] = {}  # over its share
         self._prepared: deque[tuple[Claim, access.Prepared, datetime,
                                     tracing.DeliveryTrace | None]] = deque()
-        self._submitted: deque[str] = deque()
+        self._submitted: deque[str] = deque()  # for the claimer thread
         self._brokers = brokers.Sender(self._broker_done,
                                        timeout=lambda: herald_settings.delivery.WEBHOOK_TIMEOUT_SECONDS,
                                        allow_private=lambda: herald_settings.delivery.WEBHOOK_ALLOW_PRIVATE_NETWORKS)
         self._sent: deque[tuple[Outcome, tracing.DeliveryTrace | None]] = deque()  # broker attempts back
-        self._handed: deque[Claims] = deque()  # claimed by the recorder's records (their freed slots)
+        # claimed, to be sent: by the claimer thread (with their traces), and by the recorder's records (the
+        # parked deliveries their freed slots went to: traces made when the engine takes them)
+        self._claimed: deque[tuple[Claims, dict[str, tracing.DeliveryTrace] | None]] = deque()
         self._wakes = WakeUps()
+        self._paced = Pacing()
         self._held = 0  # deliveries submitted and not finished yet
-        self._changed = threading.Condition()
+        lock = threading.RLock()
+        self._changed = threading.Condition(lock)
+        self._claimable = threading.Condition(lock)  # the claimer thread waits on it for submitted ids
+        self._claimer_stopping = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._stopping = False
-        # finished attempts waiting for the recorder thread, which records them in one call
+        # finished attempts waiting for the recorder threads, each of which records its share in one call
         self._recordable = threading.Condition()
-        self._to_record: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
+        self._to_record: list[list[tuple[Outcome, tracing.DeliveryTrace | None]]] = [[] for _ in range(RECORDER_THREADS)]
         self._recorder_stopping = False
-        self._recorder = threading.Thread(target=self._record_loop, name="herald-recorder", daemon=True)
-        self._recorder.start()
+        self._recorders = [threading.Thread(target=self._record_loop, args=(index,), name="herald-recorder", daemon=True)
+                           for index in range(RECORDER_THREADS)]
+        for recorder in self._recorders:
+            recorder.start()
+        self._claimer = threading.Thread(target=self._claim_loop, name="herald-claimer", daemon=True)
+        self._claimer.start()
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
         self._thread.start()
 
@@ -173,7 +238,7 @@ class Engine:
             self._submitted.append(delivery_id)
             if tracing.ENABLED:
                 self._origins[delivery_id] = tracing.current_span_context()
-        self._wake()
+            self._claimable.notify()
 
     def drain(self, timeout: float) -> bool:
         """Wait until every delivery handed over is finished (a worker shutting down); False on timeout."""
@@ -183,16 +248,23 @@ class Engine:
     def stop(self, timeout: float = 10.0) -> None:
         """End the engine thread after its current turn, and the preparing threads (an engine of a test, after
         `drain`: no scheduled wake-up of a throttled endpoint may query the database after its test)."""
+        with self._claimable:
+            self._claimer_stopping = True
+            self._claimable.notify()
+        self._claimer.join(timeout)
+        if self._claimer.is_alive():
+            logger.warning("engine.stop_timed_out", extra={"thread": "claimer", "seconds": timeout})
         self._stopping = True
         self._wake()
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
-        with self._recordable:  # what the engine's last turn finished is recorded before the recorder ends
+        with self._recordable:  # what the engine's last turn finished is recorded before the recorders end
             self._recorder_stopping = True
-            self._recordable.notify()
-        self._recorder.join(timeout)
-        if self._recorder.is_alive():
+            self._recordable.notify_all()
+        for recorder in self._recorders:
+            recorder.join(timeout)
+        if any(recorder.is_alive() for recorder in self._recorders):
             logger.warning("engine.stop_timed_out", extra={"thread": "recorder", "seconds": timeout})
         self._preparing.shutdown(wait=True, cancel_futures=True)
         self._brokers.stop()
@@ -203,30 +275,29 @@ class Engine:
         with self._changed:
             self._held += len(delivery_ids)
             self._submitted.extend(delivery_ids)
-        self._wake()
+            self._claimable.notify()
 
-    def _take_claimed(self, claims: Claims, unclaimed: list[str]) -> None:
+    def _take_claimed(self, claims: Claims) -> None:
         """On the recorder thread: the deliveries a record handed its freed slots to, claimed in its transaction,
-        which the engine sends on its next turn, and those it left to the engine's claim (a throttled
-        endpoint's)."""
+        which the engine sends on its next turn."""
         with self._changed:
-            self._held += len(claims.claims) + len(unclaimed)
-            self._handed.append(claims)
-            self._submitted.extend(unclaimed)
+            self._held += len(claims.claims)
+            self._claimed.append((claims, None))
         self._wake()
 
-    def _start_handed(self) -> None:
+    def _start_claimed(self) -> None:
         with self._changed:
-            handed = list(self._handed)
-            self._handed.clear()
-        for result in handed:
-            traces: dict[str, tracing.DeliveryTrace] = {}
-            if tracing.ENABLED and result.claims:
-                try:  # their claim ran in the record's transaction: the claim span marks when the engine took them
-                    with tracing.batch("herald.claim.batch", len(result.claims)) as claim_batch:
-                        traces = tracing.delivery_traces(result.claims, claim_batch, {})
-                except Exception:  # noqa: BLE001 - sent untraced rather than not at all
-                    logger.exception("engine.trace_failed", extra={"deliveries": len(result.claims)})
+            claimed = list(self._claimed)
+            self._claimed.clear()
+        for result, traces in claimed:
+            if traces is None:
+                traces = {}
+                if tracing.ENABLED and result.claims:
+                    try:  # claimed in a record's transaction: the claim span marks when the engine took them
+                        with tracing.batch("herald.claim.batch", len(result.claims)) as claim_batch:
+                            traces = tracing.delivery_traces(result.claims, claim_batch, {})
+                    except Exception:  # noqa: BLE001 - sent untraced rather than not at all
+                        logger.exception("engine.trace_failed", extra={"deliveries": len(result.claims)})
             self._dispatch(result, traces)
 
     def _wake(self) -> None:
@@ -251,13 +322,10 @@ class Engine:
                 logger.exception("engine.turn_failed")
 
     def _turn(self) -> None:
-        with self._changed:
-            batch = list(self._submitted)
-            self._submitted.clear()
-        if batch:
-            self._start(batch)
-        if self._handed:
-            self._start_handed()
+        if self._claimed:
+            self._start_claimed()
+        if self._paced.waiting:
+            self._launch_paced()
         if self._prepared:
             self._launch_prepared()
         if self._sent:
@@ -312,10 +380,11 @@ class Engine:
         timeout = 1.0
         if self._timeout_at is not None:
             timeout = min(timeout, max(0.0, self._timeout_at - time.monotonic()))
-        if (wake_at := self._wakes.next_at()) is not None:
-            timeout = max(0.0, min(timeout, wake_at - time.monotonic()))
+        for at in (self._wakes.next_at(), self._paced.next_at()):
+            if at is not None:
+                timeout = max(0.0, min(timeout, at - time.monotonic()))
         with self._changed:
-            if self._submitted or self._handed or self._prepared or self._sent:  # handed on, prepared, sent: at once
+            if self._claimed or self._prepared or self._sent:  # claimed, prepared, sent: at once
                 timeout = 0.0
         for key, events in self._selector.select(timeout):
             if key.fileobj is self._wake_r:
@@ -336,37 +405,29 @@ class Engine:
             except Exception:  # noqa: BLE001 - beat's parked check hands them on instead
                 logger.exception("engine.wake_failed", extra={"endpoint_id": endpoint_id})
 
-    def _start(self, batch: list[str]) -> None:
-        traces: dict[str, tracing.DeliveryTrace] = {}
-        if tracing.ENABLED:
-            with self._changed:
-                origins = {i: self._origins.pop(i, None) for i in batch}
-        try:
-            close_old_connections()
-            with tracing.batch("herald.claim.batch", len(batch)) as claim_batch:
-                result = deliveries_claim(delivery_ids=batch)
-                if claim_batch is not None:
-                    traces = tracing.delivery_traces(result.claims, claim_batch, origins)
-        except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
-            logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
-            self._release(len(batch))
-            return
-        self._release(len(batch) - len(result.claims))  # duplicates, parked, not due: nothing to send
-        self._dispatch(result, traces)
-
     def _dispatch(self, result: Claims, traces: dict[str, tracing.DeliveryTrace]) -> None:
         """Send claimed attempts on their way (libcurl, the preparing pool, the broker threads), and note when
         each throttled endpoint may start its next one."""
-        claims = result.claims
+        items = [(claim, traces.get(claim.delivery_id)) for claim in result.claims.values()]
         if result.wake_at:
             now, monotonic = timezone.now(), time.monotonic()
+            lease = timedelta(seconds=herald_settings.delivery.WEBHOOK_LEASE_SECONDS)
             for endpoint_id, when in result.wake_at.items():
                 self._wakes.add(endpoint_id, when, monotonic + (when - now).total_seconds())
+            # a throttled endpoint's claim (one a batch at most): not started sooner than its interval after the last
+            items = [item for item in items if item[0].endpoint_id not in result.wake_at
+                     or self._paced.start_now(item, result.wake_at[item[0].endpoint_id] - (item[0].lease_end - lease),
+                                              monotonic)]
+        self._send(items)
+
+    def _launch_paced(self) -> None:
+        self._send(self._paced.due(time.monotonic()))
+
+    def _send(self, items: list[tuple[Claim, tracing.DeliveryTrace | None]]) -> None:
         unsendable: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
         handed_back: list[Claim] = []
         to_brokers: dict[str, list[tuple[Claim, tracing.DeliveryTrace | None]]] = {}
-        for claim in claims.values():
-            trace = traces.get(claim.delivery_id)
+        for claim, trace in items:
             if claim.kind in BROKERS:
                 to_brokers.setdefault(claim.endpoint_id, []).append((claim, trace))
                 continue
@@ -544,16 +605,58 @@ class Engine:
     def _record(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         """Hand finished attempts to the recorder thread (the engine does not wait for their record)."""
         with self._recordable:
-            self._to_record.extend(finished)
-            self._recordable.notify()
+            for item in finished:
+                self._to_record[hash(item[0].claim.endpoint_id) % RECORDER_THREADS].append(item)
+            self._recordable.notify_all()
+
+    # -- the claimer thread
+
+    def _claim_loop(self) -> None:
+        while True:
+            with self._claimable:
+                self._claimable.wait_for(lambda: self._submitted or self._claimer_stopping)
+                batch = list(self._submitted)
+                self._submitted.clear()
+                if not batch:  # stopping, nothing left
+                    return
+            try:
+                self._claim_now(batch)
+            except Exception:  # noqa: BLE001 - the claimer must outlive any one batch
+                logger.exception("engine.claim_loop_failed")
+            try:
+                connections.close_all()  # its connection goes back to the pool (or is closed: no pool)
+            except Exception:  # noqa: BLE001 - as above
+                logger.exception("engine.claimer_close_failed")
+
+    def _claim_now(self, batch: list[str]) -> None:
+        """Claim what was submitted since the last call, in one call; the engine thread sends what was claimed."""
+        traces: dict[str, tracing.DeliveryTrace] = {}
+        if tracing.ENABLED:
+            with self._changed:
+                origins = {i: self._origins.pop(i, None) for i in batch}
+        try:
+            close_old_connections()
+            with tracing.batch("herald.claim.batch", len(batch)) as claim_batch:
+                result = deliveries_claim(delivery_ids=batch)
+                if claim_batch is not None:
+                    traces = tracing.delivery_traces(result.claims, claim_batch, origins)
+        except Exception:  # noqa: BLE001 - nothing was claimed, or the leases run out: beat sends them again
+            logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
+            self._release(len(batch))
+            return
+        with self._changed:
+            self._held -= len(batch) - len(result.claims)  # duplicates, parked, not due: nothing to send
+            self._changed.notify_all()
+            self._claimed.append((result, traces))
+        self._wake()
 
     # -- the recorder thread
 
-    def _record_loop(self) -> None:
+    def _record_loop(self, index: int) -> None:
         while True:
             with self._recordable:
-                self._recordable.wait_for(lambda: self._to_record or self._recorder_stopping)
-                finished, self._to_record = self._to_record, []
+                self._recordable.wait_for(lambda: self._to_record[index] or self._recorder_stopping)
+                finished, self._to_record[index] = self._to_record[index], []
                 if not finished:  # stopping, nothing left
                     return
             try:

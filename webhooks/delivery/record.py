@@ -18,7 +18,7 @@ from webhooks.conf import herald_settings
 from webhooks.delivery import attempts, breaker, metrics
 from webhooks.delivery.destinations import kinds
 from webhooks.delivery.attempts import Outcome
-from webhooks.delivery.claim import Claim, Claims, claim_rows, claims_from_rows, throttled_of
+from webhooks.delivery.claim import Claim, Claims, claim_rows, claims_from_rows
 from webhooks.delivery.destinations.base import AttemptResult, Verdict
 from webhooks.delivery.endpoints import breakers_write, endpoint_disable
 from webhooks.delivery.fanout import event_emit_operational
@@ -30,7 +30,7 @@ logger = logging.getLogger("herald.delivery")
 
 
 def deliveries_record(*, outcomes: list[Outcome],
-                      take_claimed: Callable[[Claims, list[str]], None] | None = None) -> list[str]:
+                      take_claimed: Callable[[Claims], None] | None = None) -> list[str]:
     """Record finished attempts, move their deliveries on, update breakers, hand freed slots on.
 
     Successes on endpoints the claim saw healthy (nearly every attempt) are recorded together in one
@@ -41,8 +41,9 @@ def deliveries_record(*, outcomes: list[Outcome],
 
     Parked deliveries given the freed slots are, with `take_claimed` (a worker's engine), claimed in the same
     transaction as the record that freed the slots (so that no claim of a fresh delivery can take a slot
-    between the two and send the handed-on one back to its park) and passed to it once committed, with the
-    ids of a throttled endpoint's, which the engine claims itself; without it they go into the retry queue.
+    between the two and send the handed-on one back to its park) and passed to it once committed (a throttled
+    endpoint's too: the engine starts them their interval apart, `engine.Pacing`); without it they go into the
+    retry queue.
     """
     now = timezone.now()
     verdicts = [kinds.classify(o.claim.kind, o.result) for o in outcomes]
@@ -51,23 +52,16 @@ def deliveries_record(*, outcomes: list[Outcome],
     # per attempt: moved on, handed on, breaker transition, endpoint class (metrics.endpoint_class)
     done: dict[int, tuple[bool, list[str], str | None, str]] = {}
     healthy_successes = [i for i, o in enumerate(outcomes) if verdicts[i].ok and o.claim.endpoint_healthy]
-    endpoint_of = {o.claim.delivery_id: o.claim.endpoint_id for o in outcomes}
 
-    def claim_handed(cursor, handed: dict[str, str]) -> tuple[list[tuple], list[str]]:
-        # in the record's transaction: the claim of the deliveries its freed slots went to, but a throttled
-        # endpoint's (its throttle moves on at the claim, and is kept by the attempts' starts: those the engine
-        # claims itself, next turn, and starts in the same turn); the rows, and the ids left to the engine
-        if not handed:
-            return [], []
-        throttled = throttled_of(cursor, {endpoint_of[recorded] for recorded in handed.values()})
-        at_once = [i for i, recorded in handed.items() if endpoint_of[recorded] not in throttled]
-        return (claim_rows(cursor, at_once) if at_once else []), [i for i in handed if i not in at_once]
+    def claim_handed(cursor, handed: dict[str, str]) -> list[tuple]:
+        # in the record's transaction: the claim of the deliveries its freed slots went to (their rows)
+        return claim_rows(cursor, list(handed)) if handed else []
 
     then = claim_handed if take_claimed is not None else None
-    claimed: list[tuple[list[tuple], list[str]]] = []
+    claimed: list[tuple] = []
     if healthy_successes:
         rows, got = attempts.record_healthy_successes([params[i] for i in healthy_successes], then=then)
-        claimed.append(got or ([], []))
+        claimed += got or []
         for i in healthy_successes:
             recorded, moved_on, handed = rows[outcomes[i].claim.delivery_id]
             if recorded:
@@ -77,12 +71,11 @@ def deliveries_record(*, outcomes: list[Outcome],
         slow_done, got = _record_slow([(i, outcomes[i], verdicts[i], decided[i][0], params[i]) for i in slow],
                                       now=now, then=then)
         done.update(slow_done)
-        claimed.append(got or ([], []))
+        claimed += got or []
     handed_on = [delivery_id for i in done for delivery_id in done[i][1]]
     if handed_on:
         if take_claimed is not None:
-            take_claimed(claims_from_rows([row for rows, _ in claimed for row in rows]),
-                         [delivery_id for _, later in claimed for delivery_id in later])
+            take_claimed(claims_from_rows(claimed))
         else:
             deliveries_enqueue(delivery_ids=handed_on, queue=herald_settings.queues.retries, wait=True)
     for i, outcome in enumerate(outcomes):
@@ -139,7 +132,7 @@ def _record_slow(items: list[tuple[int, Outcome, Verdict, str, dict]], *, now: d
             changes.append(change)
         # first, so that the hand-ons below see the breakers as they now are
         breakers_write(cursor, fields)
-        recorded = attempts.record_locked(cursor, records)
+        recorded = attempts.record_locked(cursor, records, claiming=then is not None)
         for endpoint_id, notify in disable:
             endpoint_disable(endpoint_id=endpoint_id, reason="receiver answered 410 Gone", notify=notify)
         done = {}

@@ -1,9 +1,11 @@
 -- The record of one attempt's outcome: the attempt row, the delivery's next state, the breaker, the lease released and the room handed on.
+DROP FUNCTION IF EXISTS herald_delivery_record(varchar, integer, timestamptz, integer, integer, text, varchar, varchar,
+                                               timestamptz, timestamptz, varchar, integer, boolean, integer, boolean);
 CREATE OR REPLACE FUNCTION herald_delivery_record(
     p_id varchar, p_number integer, p_started_at timestamptz, p_duration_ms integer, p_response_status integer,
     p_response_body text, p_error varchar, p_status varchar, p_next_attempt_at timestamptz,
     p_lease_end timestamptz, p_endpoint varchar, p_default_cap integer, p_fast boolean, p_hand_on integer,
-    p_locked boolean DEFAULT false)
+    p_locked boolean DEFAULT false, p_claiming boolean DEFAULT false)
 RETURNS TABLE (applied boolean, moved boolean, handed varchar[])
 LANGUAGE plpgsql
 -- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
@@ -54,7 +56,8 @@ BEGIN
                                                     tenant_id = EXCLUDED.tenant_id;
         END IF;
     END IF;
-    -- Up to p_hand_on parked deliveries take the room the endpoint has now.
-    RETURN QUERY SELECT true, v_moved, herald_endpoint_hand_on(p_endpoint, p_default_cap, p_hand_on);
+    -- Up to p_hand_on parked deliveries take the room the endpoint has now (p_claiming: the caller claims
+    -- them in this transaction; see endpoint_hand_on.sql).
+    RETURN QUERY SELECT true, v_moved, herald_endpoint_hand_on(p_endpoint, p_default_cap, p_hand_on, p_claiming);
 END
 $fn$;

@@ -14,7 +14,7 @@ BEGIN
             r->>'id', (r->>'number')::integer, (r->>'started_at')::timestamptz, (r->>'duration_ms')::integer,
             (r->>'response_status')::integer, r->>'response_body', r->>'error', r->>'status',
             (r->>'next_attempt_at')::timestamptz, (r->>'lease_end')::timestamptz, r->>'endpoint', p_default_cap,
-            (r->>'fast')::boolean, (r->>'hand_on')::integer, true) x;
+            (r->>'fast')::boolean, (r->>'hand_on')::integer, true, coalesce((r->>'claim')::boolean, false)) x;
     END LOOP;
 END
 $fn$;

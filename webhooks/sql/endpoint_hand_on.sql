@@ -1,5 +1,7 @@
 -- Hands an endpoint's free room to its parked deliveries (oldest first): their outbox rows are written due now.
-CREATE OR REPLACE FUNCTION herald_endpoint_hand_on(p_endpoint varchar, p_default_cap integer, p_limit integer)
+DROP FUNCTION IF EXISTS herald_endpoint_hand_on(varchar, integer, integer);
+CREATE OR REPLACE FUNCTION herald_endpoint_hand_on(p_endpoint varchar, p_default_cap integer, p_limit integer,
+                                                   p_claiming boolean DEFAULT false)
 RETURNS varchar[]
 LANGUAGE plpgsql
 -- Partitioned tables (webhooks/services/partitions.py): a cached plan, pruned as it runs, not one planned per call.
@@ -27,7 +29,9 @@ BEGIN
         RETURN ARRAY[]::varchar[];
     END IF;
     -- The caller sends them on (to the periodic queue, or to its engine, which claims them at once):
-    -- they are published now, so the dispatcher sends one again if that message is lost.
+    -- they are published now, so the dispatcher sends one again if that message is lost. With p_claiming
+    -- the caller claims them itself in this transaction (a worker's record): each ends it leased or parked
+    -- again, so an outbox row would be written only to be deleted.
     WITH handed AS (
         UPDATE webhooks_delivery d SET parked_at = NULL, updated_at = now()
          WHERE d.id IN (SELECT w.id FROM webhooks_delivery w
@@ -35,7 +39,7 @@ BEGIN
         RETURNING d.id
     ), published AS (
         INSERT INTO webhooks_deliveryoutbox AS o (delivery_id, due_at, published_at, periodic)
-        SELECT handed.id, now(), now(), true FROM handed
+        SELECT handed.id, now(), now(), true FROM handed WHERE NOT p_claiming
         ON CONFLICT (delivery_id) DO UPDATE SET published_at = now(), periodic = true
     )
     SELECT array_agg(handed.id) INTO v_handed FROM handed;
