@@ -71,6 +71,12 @@ RECORDER_PHASES = {
     "claiming the handed-on ones": ("claim_handed", "deliveries_record.<locals>.claim_handed"),
     "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
 }
+# ... and its claimer thread (claims what Celery's threads hand the engine, and passes the claims on).
+CLAIMER_PHASES = {
+    "waiting for deliveries": ("Engine._claim_loop",),
+    "claiming": ("Engine._claim_now", "deliveries_claim"),
+    "closing connections": ("BaseConnectionHandler.close_all", "close_old_connections"),
+}
 
 
 # The parts of a full run, in order: each is a method of Bench (`--only` picks some).
@@ -1030,9 +1036,11 @@ class Bench:
             profiled = thread_phases(recorded, "herald-engine", ENGINE_PHASES)
             profiled["per_second"] = round(extra["per_second"])
             profiled["recorder"] = thread_phases(recorded, "herald-recorder", RECORDER_PHASES)
+            profiled["claimer"] = thread_phases(recorded, "herald-claimer", CLAIMER_PHASES)
             profiled["postgres_active"] = activity.top(6)
             print(f"slow receivers, profiled round ({profiled['per_second']}/s): the engine thread's time "
-                  f"({profiled['samples']} samples): {profiled['phases']}; the recorder thread's: "
+                  f"({profiled['samples']} samples): {profiled['phases']}; the claimer thread's: "
+                  f"{profiled['claimer']['phases']}; the recorder thread's: "
                   f"{profiled['recorder']['phases']}; PostgreSQL's backends at once, by statement and wait: "
                   f"{profiled['postgres_active']}", flush=True)
         result = {label: sorted(rows, key=lambda r: r["per_second"])[len(rows) // 2] for label, rows in runs.items()}

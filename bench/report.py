@@ -292,10 +292,11 @@ def markdown(results: dict) -> str:
                 return "; ".join(f"{phase} {v['share']:.0%}" + (f" ({v['in_psycopg']:.0%} in psycopg)" if v["in_psycopg"] >= 0.005 else "")
                                  for phase, v in phases.items())
 
-            recorder = p.get("recorder", {})
+            recorder, claimer = p.get("recorder", {}), p.get("claimer", {})
             lines += ["", f"Where the worker's engine thread spent its time in an extra, unmeasured round "
                           f"(`--profile DIR`: py-spy, every thread sampled running or waiting, {p['samples']:,} samples "
                           f"of the engine thread; that round drained {p['per_second']:,}/s): {shares(p['phases'])}."
+                          + (f" Its claimer thread: {shares(claimer['phases'])}." if claimer.get("samples") else "")
                           + (f" Its recorder thread: {shares(recorder['phases'])}." if recorder.get("samples") else "")
                           + (" PostgreSQL's busy backends, on average at once, by statement [and what they waited on]: "
                              + ", ".join(f"{k.strip()} {v}" for k, v in p["postgres_active"].items()) + "."
