@@ -11,9 +11,10 @@ claiming, while the deliveries the records had handed freed slots to waited for 
 - sends the claimed attempts together on libcurl's multi interface, each with its own whole-attempt
   deadline, connect-time address check and 4 KiB excerpt (`transport.Attempt`), over connections
   it keeps alive per host;
-- hands the attempts that finished to its recorder threads (RECORDER_THREADS, each with its share of the
-  endpoints), each of which records whatever of its share has finished since its last call in one call
-  (`record.deliveries_record`) on a PostgreSQL connection of its own, while the engine goes on sending. The record also gives freed slots to parked deliveries and claims
+- hands the attempts that finished to its recorder thread, which records whatever has finished since its
+  last call in one call (`record.deliveries_record`) on a PostgreSQL connection of its own, while the
+  engine goes on sending (two recorder threads, each with its share of the endpoints, used more CPU per
+  delivery for no more deliveries: docs/benchmarks.md, slow receivers). The record also gives freed slots to parked deliveries and claims
   them in its own transaction, before its endpoints' locks go, so that no claim of a fresh delivery takes
   such a slot first and parks the handed-on one again; the engine sends them on its next turn, without a
   round trip through the broker (if the worker dies first, their leases run out and beat's dispatcher
@@ -70,11 +71,6 @@ from webhooks.delivery.destinations.kinds import BROKERS
 from webhooks.delivery.destinations.base import AttemptResult
 
 logger = logging.getLogger("herald.engine")
-
-# The recorder threads: each records the finished attempts of its share of the endpoints (an endpoint's always go
-# to the same one, so its records keep their order), in transactions that lock disjoint sets of endpoints. One
-# recorded slow receivers at 91 % of its time, most of it waiting on PostgreSQL (docs/benchmarks.md).
-RECORDER_THREADS = 2
 
 # The threads that prepare attempts (a token fetch, a proxied host's lookup), and how many of them one
 # tenant's attempts may hold at once: at least four tenants whose token servers all hang to fill them.
@@ -211,14 +207,12 @@ class Engine:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._stopping = False
-        # finished attempts waiting for the recorder threads, each of which records its share in one call
+        # finished attempts waiting for the recorder thread, which records them in one call
         self._recordable = threading.Condition()
-        self._to_record: list[list[tuple[Outcome, tracing.DeliveryTrace | None]]] = [[] for _ in range(RECORDER_THREADS)]
+        self._to_record: list[tuple[Outcome, tracing.DeliveryTrace | None]] = []
         self._recorder_stopping = False
-        self._recorders = [threading.Thread(target=self._record_loop, args=(index,), name="herald-recorder", daemon=True)
-                           for index in range(RECORDER_THREADS)]
-        for recorder in self._recorders:
-            recorder.start()
+        self._recorder = threading.Thread(target=self._record_loop, name="herald-recorder", daemon=True)
+        self._recorder.start()
         self._claimer = threading.Thread(target=self._claim_loop, name="herald-claimer", daemon=True)
         self._claimer.start()
         self._thread = threading.Thread(target=self._run, name="herald-engine", daemon=True)
@@ -259,12 +253,11 @@ class Engine:
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("engine.stop_timed_out", extra={"thread": "engine", "seconds": timeout})
-        with self._recordable:  # what the engine's last turn finished is recorded before the recorders end
+        with self._recordable:  # what the engine's last turn finished is recorded before the recorder ends
             self._recorder_stopping = True
-            self._recordable.notify_all()
-        for recorder in self._recorders:
-            recorder.join(timeout)
-        if any(recorder.is_alive() for recorder in self._recorders):
+            self._recordable.notify()
+        self._recorder.join(timeout)
+        if self._recorder.is_alive():
             logger.warning("engine.stop_timed_out", extra={"thread": "recorder", "seconds": timeout})
         self._preparing.shutdown(wait=True, cancel_futures=True)
         self._brokers.stop()
@@ -605,9 +598,8 @@ class Engine:
     def _record(self, finished: list[tuple[Outcome, tracing.DeliveryTrace | None]]) -> None:
         """Hand finished attempts to the recorder thread (the engine does not wait for their record)."""
         with self._recordable:
-            for item in finished:
-                self._to_record[hash(item[0].claim.endpoint_id) % RECORDER_THREADS].append(item)
-            self._recordable.notify_all()
+            self._to_record.extend(finished)
+            self._recordable.notify()
 
     # -- the claimer thread
 
@@ -652,11 +644,11 @@ class Engine:
 
     # -- the recorder thread
 
-    def _record_loop(self, index: int) -> None:
+    def _record_loop(self) -> None:
         while True:
             with self._recordable:
-                self._recordable.wait_for(lambda: self._to_record[index] or self._recorder_stopping)
-                finished, self._to_record[index] = self._to_record[index], []
+                self._recordable.wait_for(lambda: self._to_record or self._recorder_stopping)
+                finished, self._to_record = self._to_record, []
                 if not finished:  # stopping, nothing left
                     return
             try:
