@@ -14,9 +14,9 @@ claiming, while the deliveries the records had handed freed slots to waited for 
 - hands the attempts that finished to its recorder thread, which records whatever has finished since its
   last call in one call (`record.deliveries_record`) on a PostgreSQL connection of its own, while the
   engine goes on sending (two recorder threads, each with its share of the endpoints, used more CPU per
-  delivery for no more deliveries: docs/benchmarks.md, slow receivers). The record also gives freed slots to parked deliveries and claims
-  them in its own transaction, before its endpoints' locks go, so that no claim of a fresh delivery takes
-  such a slot first and parks the handed-on one again; the engine sends them on its next turn, without a
+  delivery for no more deliveries: docs/benchmarks.md, slow receivers). The record also gives freed slots
+  to parked deliveries and claims them in its own transaction, before its endpoints' locks go, so that no
+  claim of a fresh delivery takes such a slot first and parks the handed-on one again; the engine sends them on its next turn, without a
   round trip through the broker (if the worker dies first, their leases run out and beat's dispatcher
   publishes them). One thread doing both waited on PostgreSQL for two thirds of its time, its records
   holding up the claims (docs/benchmarks.md, slow receivers);
