@@ -12,7 +12,7 @@ from tests.processes import celery_beat, celery_worker
 from tests.receiver import Answer
 from webhooks.models import Delivery, DeliveryAttempt, DeliveryLease
 from webhooks.delivery.dispatcher import deliveries_dispatch_due
-from webhooks.delivery.engine import Pacing
+from webhooks.delivery.pacing import Pacing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ destination), `sending` (its signed headers, then its destination's request), `d
 kind behind one protocol: prepare, send, classify; http and poll, and the brokers of SPEC §14), `record`
 (what the result means, the attempt recorded, the breaker, a gone destination's endpoint disabled, the
 operational events), and `engine` (a worker's loop over all of it: libcurl's multi handle for HTTP, the broker
-threads for the brokers). The pure parts beside them: `signing`, `breaker`, `retry_policy`, `addresses` (the
+threads for the brokers; `pacing`, its clocks for throttled endpoints). The pure parts beside them: `signing`, `breaker`, `retry_policy`, `addresses` (the
 SSRF policy), `metrics`.
 
 Around them: `relay` (publishes what the outbox has due, as `scheduling` chooses: fair shares across tenants

@@ -42,7 +42,7 @@ def deliveries_record(*, outcomes: list[Outcome],
     Parked deliveries given the freed slots are, with `take_claimed` (a worker's engine), claimed in the same
     transaction as the record that freed the slots (so that no claim of a fresh delivery can take a slot
     between the two and send the handed-on one back to its park) and passed to it once committed (a throttled
-    endpoint's too: the engine starts them their interval apart, `engine.Pacing`); without it they go into the
+    endpoint's too: the engine starts them their interval apart, `pacing.Pacing`); without it they go into the
     retry queue.
     """
     now = timezone.now()
