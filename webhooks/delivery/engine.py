@@ -557,9 +557,8 @@ class Engine:
             logger.exception("engine.claim_failed", extra={"deliveries": len(batch)})
             self._release(len(batch))
             return
+        self._release(len(batch) - len(result.claims))  # duplicates, parked, not due: nothing to send
         with self._changed:
-            self._held -= len(batch) - len(result.claims)  # duplicates, parked, not due: nothing to send
-            self._changed.notify_all()
             self._claimed.append((result, traces))
         self._wake()
 
