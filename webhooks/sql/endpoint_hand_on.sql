@@ -29,9 +29,10 @@ BEGIN
         RETURN ARRAY[]::varchar[];
     END IF;
     -- The caller sends them on (to the periodic queue, or to its engine, which claims them at once):
-    -- they are published now, so the dispatcher sends one again if that message is lost. With p_claiming
-    -- the caller claims them itself in this transaction (a worker's record): each ends it leased or parked
-    -- again, so an outbox row would be written only to be deleted.
+    -- they are published now, so the dispatcher sends one again if that message is lost. Also with p_claiming
+    -- (the caller, a worker's record, claims them in this transaction): that claim runs on the record's clock
+    -- (now() is its transaction's start), so a delivery made after that start is not due to it and is left as
+    -- it is, and this row is then all that brings it back (a blackbox storm lost one without it).
     WITH handed AS (
         UPDATE webhooks_delivery d SET parked_at = NULL, updated_at = now()
          WHERE d.id IN (SELECT w.id FROM webhooks_delivery w
@@ -39,7 +40,7 @@ BEGIN
         RETURNING d.id
     ), published AS (
         INSERT INTO webhooks_deliveryoutbox AS o (delivery_id, due_at, published_at, periodic)
-        SELECT handed.id, now(), now(), true FROM handed WHERE NOT p_claiming
+        SELECT handed.id, now(), now(), true FROM handed
         ON CONFLICT (delivery_id) DO UPDATE SET published_at = now(), periodic = true
     )
     SELECT array_agg(handed.id) INTO v_handed FROM handed;
