@@ -141,8 +141,8 @@ def record_healthy_successes(params: list[dict],
     path records it), whether the delivery moved on, and the parked deliveries handed the freed slot.
     (The function's `fast` and `hand_on` keys: the healthy-success path, and one slot to hand on.) With
     `then`, `then(cursor, {handed id: the recorded delivery's id})` runs in the same transaction, and what it
-    returns is returned beside; it must claim the handed-on deliveries (`claim`: no outbox row is written for
-    them, see webhooks/sql/endpoint_hand_on.sql)."""
+    returns is returned beside; it claims the handed-on deliveries (`claim`, see
+    webhooks/sql/endpoint_hand_on.sql)."""
     records = json.dumps([{**p, "fast": True, "hand_on": 1, "claim": then is not None} for p in params], default=str)
     sql, sql_params = _RECORD_MANY_SQL, db.endpoint_params(records=records)
     if then is None:
